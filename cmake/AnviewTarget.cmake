@@ -1,0 +1,16 @@
+# Warnings, sanitizers and the version define that every target of ours gets.
+set(ANVIEW_SANITIZE "" CACHE STRING "Sanitizers: '', 'address' (ASan+UBSan) or 'thread' (TSan)")
+
+function(anview_target_options target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror -Wshadow -Wnon-virtual-dtor)
+  if(ANVIEW_SANITIZE STREQUAL "address")
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                             -fno-sanitize-recover=all)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  elseif(ANVIEW_SANITIZE STREQUAL "thread")
+    target_compile_options(${target} PRIVATE -fsanitize=thread -fno-omit-frame-pointer)
+    target_link_options(${target} PRIVATE -fsanitize=thread)
+  elseif(NOT ANVIEW_SANITIZE STREQUAL "")
+    message(FATAL_ERROR "ANVIEW_SANITIZE must be '', 'address' or 'thread'")
+  endif()
+endfunction()

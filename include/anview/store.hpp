@@ -1,0 +1,68 @@
+// anview::Store — the key-value store ranks use to find each other (bootstrap).
+//
+// Two kinds:
+//  - TCP store: one rank (rank 0 by convention) serves it at host:port; every rank, the server
+//    included, talks to it as a client. Wire format: docs/wire-protocol.md, section "Store".
+//  - File store: a directory on a file system every rank can see (one file per key, written
+//    atomically by rename).
+// All calls are thread-safe and blocking; every one that waits takes a timeout (default:
+// the store's, from ANVIEW_TIMEOUT) and raises anview::Error(timeout) naming the keys.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace anview {
+
+namespace detail {
+class StoreImpl;
+}
+
+struct StoreOptions {
+  // Deadline for each blocking call (and for connecting to a TCP store). Zero means "the
+  // ANVIEW_TIMEOUT setting" (default 300 s).
+  std::chrono::milliseconds timeout{0};
+  int rank = -1;  // only used to name this process in errors and logs
+};
+
+class Store {
+ public:
+  using Bytes = std::vector<std::uint8_t>;
+
+  // Serves a TCP store at `host_port` ("0.0.0.0:29500", "127.0.0.1:0" for a free port) from a
+  // background thread of this process, and returns a client of it. The server lives as long as
+  // any copy of the returned handle.
+  static Store serve_tcp(const std::string& host_port, StoreOptions options = {});
+  // Connects to a TCP store served elsewhere, retrying until options.timeout while the server
+  // is not up yet.
+  static Store connect_tcp(const std::string& host_port, StoreOptions options = {});
+  // A store kept in `directory` (created if missing).
+  static Store file(const std::string& directory, StoreOptions options = {});
+
+  // Sets key to value, replacing any previous value; wakes waiters.
+  void set(const std::string& key, const Bytes& value);
+  void set(const std::string& key, const std::string& value);
+  // Waits until key exists, then returns its value.
+  Bytes get(const std::string& key, std::optional<std::chrono::milliseconds> timeout = {});
+  std::string get_string(const std::string& key,
+                         std::optional<std::chrono::milliseconds> timeout = {});
+  // Atomically adds delta to the integer stored at key (missing = 0) and returns the result.
+  std::int64_t add(const std::string& key, std::int64_t delta);
+  // True when every key exists (does not wait).
+  bool check(const std::vector<std::string>& keys);
+  // Waits until every key exists.
+  void wait(const std::vector<std::string>& keys,
+            std::optional<std::chrono::milliseconds> timeout = {});
+  // Where a TCP store is served ("127.0.0.1:41234"), or the file store's directory.
+  std::string address() const;
+
+ private:
+  explicit Store(std::shared_ptr<detail::StoreImpl> impl);
+  std::shared_ptr<detail::StoreImpl> impl_;
+};
+
+}  // namespace anview

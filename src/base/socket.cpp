@@ -1,0 +1,246 @@
+#include "base/socket.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace anview::base {
+
+Fd& Fd::operator=(Fd&& other) noexcept {
+  if (this != &other) reset(other.release());
+  return *this;
+}
+
+void Fd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+std::string errno_text(int err) {
+  const char* name = strerrorname_np(err);
+  std::string text = name ? name : "errno " + std::to_string(err);
+  text += " (";
+  text += std::strerror(err);
+  text += ")";
+  return text;
+}
+
+Error sys_error(ErrorKind kind, ErrorContext context, const std::string& what, int err) {
+  context.cause = what + ": " + errno_text(err);
+  return Error(kind, std::move(context));
+}
+
+SockAddr SockAddr::from_host_port(const std::string& host, std::uint16_t port,
+                                  const ErrorContext& context) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = host.empty() ? AI_PASSIVE : 0;
+  addrinfo* result = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints,
+                               &result);
+  if (rc != 0 || result == nullptr) {
+    ErrorContext c = context;
+    c.cause = "cannot resolve host '" + host + "': " + ::gai_strerror(rc);
+    throw Error(ErrorKind::usage, std::move(c));
+  }
+  SockAddr addr;
+  std::memcpy(&addr.storage, result->ai_addr, result->ai_addrlen);
+  addr.length = result->ai_addrlen;
+  ::freeaddrinfo(result);
+  return addr;
+}
+
+SockAddr SockAddr::parse(const std::string& host_port, const ErrorContext& context) {
+  std::string host;
+  std::string port;
+  if (!host_port.empty() && host_port.front() == '[') {
+    const auto close = host_port.find(']');
+    if (close != std::string::npos && close + 1 < host_port.size() && host_port[close + 1] == ':') {
+      host = host_port.substr(1, close - 1);
+      port = host_port.substr(close + 2);
+    }
+  } else if (const auto colon = host_port.rfind(':'); colon != std::string::npos) {
+    host = host_port.substr(0, colon);
+    port = host_port.substr(colon + 1);
+  }
+  char* end = nullptr;
+  const long p = port.empty() ? -1 : std::strtol(port.c_str(), &end, 10);
+  if (host.empty() || p < 0 || p > 65535 || (end && *end != '\0')) {
+    ErrorContext c = context;
+    c.cause = "'" + host_port + "' is not host:port";
+    throw Error(ErrorKind::usage, std::move(c));
+  }
+  return from_host_port(host, static_cast<std::uint16_t>(p), context);
+}
+
+std::string SockAddr::host() const {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (storage.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<const sockaddr_in*>(&storage);
+    ::inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
+  } else if (storage.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<const sockaddr_in6*>(&storage);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+
+std::uint16_t SockAddr::port() const {
+  if (storage.ss_family == AF_INET)
+    return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
+  if (storage.ss_family == AF_INET6)
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  return 0;
+}
+
+std::string SockAddr::to_string() const {
+  const std::string h = host();
+  const std::string p = std::to_string(port());
+  return storage.ss_family == AF_INET6 ? "[" + h + "]:" + p : h + ":" + p;
+}
+
+Fd listen_tcp(const SockAddr& bind_addr, int backlog, const ErrorContext& context) {
+  Fd fd(::socket(bind_addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) throw sys_error(ErrorKind::internal, context, "socket()", errno);
+  const int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&bind_addr.storage), bind_addr.length) != 0)
+    throw sys_error(ErrorKind::usage, context, "bind(" + bind_addr.to_string() + ")", errno);
+  if (::listen(fd.get(), backlog) != 0)
+    throw sys_error(ErrorKind::internal, context, "listen()", errno);
+  return fd;
+}
+
+SockAddr local_address(int fd) {
+  SockAddr addr;
+  addr.length = sizeof addr.storage;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr.storage), &addr.length);
+  return addr;
+}
+
+SockAddr remote_address(int fd) {
+  SockAddr addr;
+  addr.length = sizeof addr.storage;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr.storage), &addr.length) != 0)
+    addr.length = 0;
+  return addr;
+}
+
+void set_nonblocking(int fd, bool on) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK));
+}
+
+void set_nodelay(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+void set_buffer_sizes(int fd, int bytes) {
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+}
+
+Fd connect_tcp(const SockAddr& addr, Deadline deadline, const ErrorContext& context) {
+  ErrorContext c = context;
+  if (c.peer_address.empty()) c.peer_address = addr.to_string();
+  auto backoff = std::chrono::milliseconds(2);
+  for (;;) {
+    Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) throw sys_error(ErrorKind::internal, c, "socket()", errno);
+    int err = 0;
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.length) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd.get(), POLLOUT, 0};
+        const int n = ::poll(&p, 1, ms_left(deadline));
+        if (n == 0) {
+          c.cause = "connect did not complete before the deadline";
+          throw Error(ErrorKind::timeout, c);
+        }
+        socklen_t len = sizeof err;
+        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+    }
+    if (err == 0) {
+      set_nonblocking(fd.get(), false);
+      set_nodelay(fd.get());
+      return fd;
+    }
+    const bool retry = err == ECONNREFUSED || err == ECONNRESET || err == ETIMEDOUT ||
+                       err == EAGAIN || err == ENETUNREACH || err == EHOSTUNREACH;
+    if (!retry) throw sys_error(ErrorKind::link, c, "connect()", err);
+    if (Clock::now() + backoff >= deadline) {
+      c.cause = "connect() kept failing until the deadline, last: " + errno_text(err);
+      throw Error(ErrorKind::timeout, c);
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+  }
+}
+
+namespace {
+
+// Waits until fd is ready for `events`; raises a timeout Error at the deadline.
+void wait_ready(int fd, short events, Deadline deadline, const ErrorContext& context,
+                const char* what) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, ms_left(deadline));
+    if (n > 0) return;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw sys_error(ErrorKind::internal, context, "poll()", errno);
+    ErrorContext c = context;
+    c.cause = std::string(what) + " did not complete before the deadline";
+    throw Error(ErrorKind::timeout, std::move(c));
+  }
+}
+
+}  // namespace
+
+void write_all(int fd, const void* data, std::size_t bytes, Deadline deadline,
+               const ErrorContext& context) {
+  auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<std::size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      wait_ready(fd, POLLOUT, deadline, context, "write");
+    } else if (n < 0 && errno != EINTR) {
+      throw sys_error(ErrorKind::link, context, "send()", errno);
+    }
+  }
+}
+
+void read_all(int fd, void* data, std::size_t bytes, Deadline deadline,
+              const ErrorContext& context) {
+  auto* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::recv(fd, p, bytes, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<std::size_t>(n);
+    } else if (n == 0) {
+      ErrorContext c = context;
+      c.cause = "connection closed by the peer";
+      throw Error(ErrorKind::link, std::move(c));
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      wait_ready(fd, POLLIN, deadline, context, "read");
+    } else if (errno != EINTR) {
+      throw sys_error(ErrorKind::link, context, "recv()", errno);
+    }
+  }
+}
+
+}  // namespace anview::base

@@ -1,0 +1,33 @@
+// Network interfaces and host identity: which addresses a rank publishes for its peers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace anview::bootstrap {
+
+struct Interface {
+  std::string name;     // "eth0"
+  std::string address;  // numeric, without port: "10.0.0.2", "fe80::1"
+  int family = 0;       // AF_INET / AF_INET6
+  bool up = false;      // IFF_UP and IFF_RUNNING
+  bool loopback = false;
+  bool link_local = false;  // 169.254/16, fe80::/10
+};
+
+// Every address of every interface (getifaddrs).
+std::vector<Interface> list_interfaces();
+
+// The addresses to publish, in preference order. Down and link-local interfaces are skipped;
+// loopback addresses are kept only when `include_loopback`. When `wanted` (ANVIEW_IFACES) is not
+// empty, only interfaces named there are used, in that order, and a name that does not exist
+// on this host raises a usage Error naming it (a name that exists but is down is an error too).
+std::vector<std::string> select_addresses(const std::vector<Interface>& interfaces,
+                                          const std::vector<std::string>& wanted,
+                                          bool include_loopback);
+
+// Identifies this host: ANVIEW_HOST_ID if set, else hostname + kernel boot id. Ranks with the
+// same host id can reach each other over loopback and shared memory.
+std::string host_id();
+
+}  // namespace anview::bootstrap

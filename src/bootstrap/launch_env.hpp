@@ -1,0 +1,32 @@
+// Detection of the launcher's environment: which rank this process is, how many there are,
+// and where the bootstrap store (the "root") is served.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace anview::bootstrap {
+
+struct LaunchInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string root;      // "host:port" of the TCP store
+  std::string launcher;  // "anview", "torchrun", "openmpi", "slurm"
+};
+
+// Reads variables through `getenv` (tests pass a map lookup). Tried in order:
+//   anview   — ANVIEW_RANK, ANVIEW_WORLD_SIZE, ANVIEW_LOCAL_RANK (optional, default rank),
+//              ANVIEW_ROOT
+//   torchrun — RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR + MASTER_PORT
+//   openmpi  — OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, root from ANVIEW_ROOT or
+//              MASTER_ADDR + MASTER_PORT
+//   slurm    — SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, root as for openmpi
+// A launcher is recognised by its rank variable. A missing or malformed piece raises a usage
+// Error naming the variable. With none recognised: a usage Error listing what was looked for.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+LaunchInfo detect_launch(const EnvLookup& getenv);
+LaunchInfo detect_launch();  // the process environment
+
+}  // namespace anview::bootstrap
