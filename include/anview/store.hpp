@@ -2,7 +2,7 @@
 //
 // Two kinds:
 //  - TCP store: one rank (rank 0 by convention) serves it at host:port; every rank, the server
-//    included, talks to it as a client. Wire format: docs/wire-protocol.md, section "Store".
+//    included, talks to it as a client. Wire format: docs/store-protocol.md.
 //  - File store: a directory on a file system every rank can see (one file per key, written
 //    atomically by rename).
 // All calls are thread-safe and blocking; every one that waits takes a timeout (default:
