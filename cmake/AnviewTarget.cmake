@@ -2,7 +2,10 @@
 set(ANVIEW_SANITIZE "" CACHE STRING "Sanitizers: '', 'address' (ASan+UBSan) or 'thread' (TSan)")
 
 function(anview_target_options target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror -Wshadow -Wnon-virtual-dtor)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Werror -Wshadow -Wnon-virtual-dtor
+                         # Designated initializers (our options structs) leave fields at their
+                         # defaults on purpose.
+                         -Wno-missing-field-initializers)
   if(ANVIEW_SANITIZE STREQUAL "address")
     target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
                                              -fno-sanitize-recover=all)

@@ -1,0 +1,8 @@
+// Everything a user of Anview includes.
+#pragma once
+
+#include "anview/communicator.hpp"
+#include "anview/error.hpp"
+#include "anview/request.hpp"
+#include "anview/store.hpp"
+#include "anview/types.hpp"

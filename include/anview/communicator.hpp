@@ -1,0 +1,79 @@
+// anview::Communicator — a group of ranks that exchange tagged messages.
+//
+// Semantics (MPI-like): messages from one sender to one receiver with the same tag are received
+// in the order they were sent; receives may use any_source / any_tag; a message that arrives
+// before its receive is posted is buffered (up to ANVIEW_UNEXPECTED_BYTES per peer; beyond that
+// the sender is back-pressured, nothing is dropped); a receive buffer smaller than the message
+// is an error, never a silent truncation. Small messages are sent eagerly; larger ones
+// (ANVIEW_EAGER_BYTES, default 64 KiB) use a rendezvous so the payload lands straight in the
+// posted receive buffer.
+//
+// Thread safety: all methods may be called from any thread. A handle is a cheap, movable
+// reference; the communicator closes when the last handle (and the last Request) goes away,
+// after flushing what was sent.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "anview/error.hpp"
+#include "anview/request.hpp"
+#include "anview/store.hpp"
+#include "anview/types.hpp"
+
+namespace anview {
+
+namespace detail {
+class CommunicatorImpl;
+}
+
+struct CommunicatorOptions {
+  // Deadline of blocking calls (and of setting up connections). Zero: ANVIEW_TIMEOUT.
+  std::chrono::milliseconds timeout{0};
+  // Prefix of this communicator's keys in the store, so several communicators can share one.
+  std::string store_prefix = "anview";
+};
+
+class Communicator {
+ public:
+  // Rank, size and store from the launcher's environment (anview-run, torchrun, Open MPI,
+  // Slurm; see docs/launching.md). Rank 0 serves the store at the root address.
+  static Communicator from_env(CommunicatorOptions options = {});
+  // Explicit rank and size over a store every rank shares.
+  static Communicator create(int rank, int size, Store store, CommunicatorOptions options = {});
+
+  int rank() const;
+  int size() const;
+
+  // Non-blocking send of `bytes` bytes to `peer`. The buffer must stay untouched until the
+  // request completes. tag must be below reserved_tags.
+  Request isend(const void* data, std::size_t bytes, int peer, Tag tag);
+  // Non-blocking receive into `capacity` bytes from `source` (or any_source) with `tag` (or
+  // any_tag). The request's status says who sent how much.
+  Request irecv(void* data, std::size_t capacity, int source, Tag tag);
+
+  // Blocking helpers: post, then wait with the timeout (default ANVIEW_TIMEOUT). On timeout a
+  // receive that has not matched is cancelled; an operation caught mid-transfer closes the link
+  // to that peer (its buffer cannot be released otherwise), failing later traffic with it with
+  // the same root cause.
+  void send(const void* data, std::size_t bytes, int peer, Tag tag,
+            std::optional<std::chrono::milliseconds> timeout = {});
+  Status recv(void* data, std::size_t capacity, int source, Tag tag,
+              std::optional<std::chrono::milliseconds> timeout = {});
+
+  // Drives progress once without sleeping (for callbacks and coroutines when nothing waits).
+  void progress();
+
+  // The transport serving `peer` ("tcp", "self") and a description of the link.
+  std::string transport_name(int peer) const;
+  std::string describe_peer(int peer) const;
+
+ private:
+  explicit Communicator(std::shared_ptr<detail::CommunicatorImpl> impl);
+  std::shared_ptr<detail::CommunicatorImpl> impl_;
+};
+
+}  // namespace anview

@@ -1,0 +1,87 @@
+#include "base/progress_engine.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace anview::base {
+namespace {
+
+// Marks the wakeup eventfd in epoll's user data.
+FdHandler* const wakeup_marker = nullptr;
+
+}  // namespace
+
+ProgressEngine::ProgressEngine()
+    : epoll_(::epoll_create1(EPOLL_CLOEXEC)), wakeup_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (!epoll_.valid()) throw sys_error(ErrorKind::internal, {}, "epoll_create1()", errno);
+  if (!wakeup_fd_.valid()) throw sys_error(ErrorKind::internal, {}, "eventfd()", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = wakeup_marker;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeup_fd_.get(), &ev);
+}
+
+void ProgressEngine::add_fd(int fd, std::uint32_t events, FdHandler* handler) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = handler;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+    throw sys_error(ErrorKind::internal, {}, "epoll_ctl(ADD)", errno);
+}
+
+void ProgressEngine::modify_fd(int fd, std::uint32_t events, FdHandler* handler) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = handler;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev) != 0)
+    throw sys_error(ErrorKind::internal, {}, "epoll_ctl(MOD)", errno);
+}
+
+void ProgressEngine::remove_fd(int fd) {
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+}
+
+void ProgressEngine::add_poller(std::function<bool()> poller) { pollers_.push_back(std::move(poller)); }
+
+void ProgressEngine::wakeup() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wakeup_fd_.get(), &one, sizeof one);
+}
+
+bool ProgressEngine::run_pollers() {
+  bool busy = false;
+  for (auto& poller : pollers_) busy |= poller();
+  return busy;
+}
+
+int ProgressEngine::wait_events(int timeout_ms) {
+  int n;
+  do {
+    n = ::epoll_wait(epoll_.get(), events_, max_events, timeout_ms);
+  } while (n < 0 && errno == EINTR);
+  return n < 0 ? 0 : n;
+}
+
+void ProgressEngine::dispatch_events(int count) {
+  for (int i = 0; i < count; ++i) {
+    FdHandler* handler = static_cast<FdHandler*>(events_[i].data.ptr);
+    if (handler == wakeup_marker) {
+      std::uint64_t value;
+      [[maybe_unused]] ssize_t r = ::read(wakeup_fd_.get(), &value, sizeof value);
+      continue;
+    }
+    handler->on_fd_events(events_[i].events);
+  }
+}
+
+bool ProgressEngine::poll(int timeout_ms) {
+  const bool busy = run_pollers();
+  const int n = wait_events(busy ? 0 : timeout_ms);
+  dispatch_events(n);
+  return busy || n > 0;
+}
+
+}  // namespace anview::base

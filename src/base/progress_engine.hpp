@@ -1,0 +1,64 @@
+// The progress engine: one per communicator. File descriptors (TCP sockets via epoll) and
+// pollers (in-process queues, later shared-memory rings) plug into it. It has no thread of its
+// own: whoever drives progress calls poll().
+//
+// Threading: add/modify/remove and wakeup may be called from any thread. poll() must be called
+// by one thread at a time (the "driver"); the owner of the engine serialises that. Handlers run
+// on the driver's thread, inside poll().
+#pragma once
+
+#include <sys/epoll.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "base/socket.hpp"
+
+namespace anview::base {
+
+class FdHandler {
+ public:
+  virtual ~FdHandler() = default;
+  // `events` is the epoll event mask (EPOLLIN, EPOLLOUT, EPOLLERR, EPOLLHUP, ...).
+  virtual void on_fd_events(std::uint32_t events) = 0;
+};
+
+class ProgressEngine {
+ public:
+  ProgressEngine();
+  ProgressEngine(const ProgressEngine&) = delete;
+  ProgressEngine& operator=(const ProgressEngine&) = delete;
+
+  // Events of one poll() round are collected before handlers run, so a handler whose fd is
+  // removed during a round may still be called once in that round: owners keep a removed
+  // handler alive (ignoring events) until the next poll() starts.
+  void add_fd(int fd, std::uint32_t events, FdHandler* handler);
+  void modify_fd(int fd, std::uint32_t events, FdHandler* handler);
+  void remove_fd(int fd);
+
+  // A poller is called on every poll(); it returns true when it did work. A poller with work
+  // pending keeps poll() from sleeping. Pollers are added once and live as long as the engine.
+  void add_poller(std::function<bool()> poller);
+
+  // Runs pollers and the handlers of ready fds. Sleeps up to timeout_ms (0: do not sleep, -1:
+  // no limit) when there is nothing to do. Returns true when anything happened.
+  bool poll(int timeout_ms);
+
+  // poll() in three steps, so an owner can sleep in wait_events() without holding its lock:
+  // run_pollers() (true: work was done, do not sleep), wait_events(), dispatch_events().
+  bool run_pollers();
+  int wait_events(int timeout_ms);
+  void dispatch_events(int count);
+  // Makes a sleeping poll() return now (another thread queued work).
+  void wakeup();
+
+ private:
+  Fd epoll_;
+  Fd wakeup_fd_;
+  std::vector<std::function<bool()>> pollers_;
+  static constexpr int max_events = 64;
+  epoll_event events_[max_events];
+};
+
+}  // namespace anview::base

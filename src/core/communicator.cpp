@@ -1,0 +1,129 @@
+#include "anview/communicator.hpp"
+
+#include <random>
+
+#include "base/log.hpp"
+#include "base/timeouts.hpp"
+#include "bootstrap/interfaces.hpp"
+#include "bootstrap/launch_env.hpp"
+#include "core/communicator_impl.hpp"
+#include "core/peer_exchange.hpp"
+
+namespace anview {
+namespace detail {
+namespace {
+
+std::uint64_t agree_on_job_id(Store& store, const std::string& prefix, int rank,
+                              std::chrono::milliseconds timeout) {
+  const std::string key = prefix + "/job_id";
+  if (rank == 0) {
+    std::random_device rd;
+    const std::uint64_t id = (std::uint64_t{rd()} << 32) ^ rd();
+    store.set(key, std::to_string(id));
+    return id;
+  }
+  const std::string text = store.get_string(key, timeout);
+  try {
+    return std::stoull(text);
+  } catch (const std::exception&) {
+    throw Error(ErrorKind::protocol, {.rank = rank, .operation = "bootstrap",
+                                      .cause = "the store's job id '" + text + "' is not a number"});
+  }
+}
+
+}  // namespace
+
+CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
+                                   const CommunicatorOptions& options)
+    : store_(std::move(store)) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw Error(ErrorKind::usage, {.rank = rank, .operation = "create",
+                                   .cause = "rank " + std::to_string(rank) +
+                                            " is not in a communicator of size " +
+                                            std::to_string(size)});
+  }
+  base::set_log_rank(rank);
+  const auto timeout = options.timeout.count() > 0 ? options.timeout
+                                                   : base::timeout_setting().as_duration();
+  p2p::MessengerConfig config{.rank = rank,
+                              .world_size = size,
+                              .job_id = agree_on_job_id(store_, options.store_prefix, rank, timeout),
+                              .host_id = bootstrap::host_id(),
+                              .timeout = timeout};
+  messenger_ = std::make_shared<p2p::Messenger>(config);
+  const auto peers =
+      exchange_peer_info(store_, options.store_prefix, messenger_->self_info(), size, timeout);
+  messenger_->connect(peers);
+}
+
+CommunicatorImpl::~CommunicatorImpl() { messenger_->shutdown(); }
+
+}  // namespace detail
+
+Communicator::Communicator(std::shared_ptr<detail::CommunicatorImpl> impl)
+    : impl_(std::move(impl)) {}
+
+Communicator Communicator::create(int rank, int size, Store store, CommunicatorOptions options) {
+  return Communicator(std::make_shared<detail::CommunicatorImpl>(rank, size, std::move(store),
+                                                                 options));
+}
+
+Communicator Communicator::from_env(CommunicatorOptions options) {
+  const auto launch = bootstrap::detect_launch();
+  base::set_log_rank(launch.rank);
+  StoreOptions store_options{.timeout = options.timeout, .rank = launch.rank};
+  Store store = launch.rank == 0 ? Store::serve_tcp(launch.root, store_options)
+                                 : Store::connect_tcp(launch.root, store_options);
+  return create(launch.rank, launch.world_size, std::move(store), std::move(options));
+}
+
+int Communicator::rank() const { return impl_->messenger().rank(); }
+int Communicator::size() const { return impl_->messenger().size(); }
+
+Request Communicator::isend(const void* data, std::size_t bytes, int peer, Tag tag) {
+  return Request(impl_->messenger().isend(data, bytes, peer, tag));
+}
+
+Request Communicator::irecv(void* data, std::size_t capacity, int source, Tag tag) {
+  return Request(impl_->messenger().irecv(data, capacity, source, tag));
+}
+
+namespace {
+
+Status wait_or_abandon(p2p::Messenger& messenger, Request& request, detail::RequestImpl& impl,
+                       std::optional<std::chrono::milliseconds> timeout) {
+  try {
+    return request.wait(timeout);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::timeout) messenger.abandon(impl, e);
+    throw;
+  }
+}
+
+}  // namespace
+
+void Communicator::send(const void* data, std::size_t bytes, int peer, Tag tag,
+                        std::optional<std::chrono::milliseconds> timeout) {
+  auto impl = impl_->messenger().isend(data, bytes, peer, tag);
+  Request request(impl);
+  wait_or_abandon(impl_->messenger(), request, *impl, timeout);
+}
+
+Status Communicator::recv(void* data, std::size_t capacity, int source, Tag tag,
+                          std::optional<std::chrono::milliseconds> timeout) {
+  auto impl = impl_->messenger().irecv(data, capacity, source, tag);
+  Request request(impl);
+  return wait_or_abandon(impl_->messenger(), request, *impl, timeout);
+}
+
+void Communicator::progress() { impl_->messenger().progress(); }
+
+std::string Communicator::transport_name(int peer) const {
+  return impl_->messenger().transport_name(peer);
+}
+
+std::string Communicator::describe_peer(int peer) const {
+  return impl_->messenger().describe_peer(peer);
+}
+
+}  // namespace anview

@@ -1,0 +1,26 @@
+// What a Communicator handle points to: the store it bootstrapped from and the p2p engine.
+#pragma once
+
+#include <memory>
+
+#include "anview/communicator.hpp"
+#include "p2p/messenger.hpp"
+
+namespace anview::detail {
+
+class CommunicatorImpl {
+ public:
+  // Bootstraps: job id, address exchange through the store, connections to every peer.
+  CommunicatorImpl(int rank, int size, Store store, const CommunicatorOptions& options);
+  // Flushes and closes; requests still pending fail with "the communicator was closed".
+  ~CommunicatorImpl();
+
+  p2p::Messenger& messenger() { return *messenger_; }
+  Store& store() { return store_; }
+
+ private:
+  Store store_;
+  std::shared_ptr<p2p::Messenger> messenger_;
+};
+
+}  // namespace anview::detail

@@ -1,0 +1,462 @@
+#include "p2p/messenger.hpp"
+
+#include <thread>
+
+#include "base/config.hpp"
+#include "base/log.hpp"
+#include "p2p/protocol.hpp"
+#include "transport/registry.hpp"
+#include "transport/self/self_transport.hpp"
+
+namespace anview::p2p {
+namespace {
+
+const base::Setting eager_setting(
+    "p2p", "ANVIEW_EAGER_BYTES", "64K",
+    "Messages up to this size are sent eagerly; larger ones use a rendezvous (zero-copy receive)");
+const base::Setting unexpected_setting(
+    "p2p", "ANVIEW_UNEXPECTED_BYTES", "32M",
+    "Per-peer budget for messages that arrive before their receive; beyond it the sender waits");
+const base::Setting chunk_setting(
+    "p2p", "ANVIEW_RNDV_CHUNK", "1M",
+    "Rendezvous payloads are cut into chunks of this size, spread over the transport's streams");
+const base::Setting spin_setting(
+    "p2p", "ANVIEW_SPIN_US", "100",
+    "How long a waiting thread polls before it sleeps in the kernel (microseconds)");
+
+constexpr auto shutdown_linger = std::chrono::seconds(2);
+
+}  // namespace
+
+Messenger::Messenger(const MessengerConfig& config)
+    : config_(config),
+      peers_(static_cast<std::size_t>(config.world_size)),
+      eager_bytes_(static_cast<std::size_t>(eager_setting.as_int())),
+      unexpected_limit_(static_cast<std::size_t>(unexpected_setting.as_int())),
+      chunk_bytes_(static_cast<std::size_t>(
+          std::clamp<std::int64_t>(chunk_setting.as_int(), 4096, transport::max_frame_payload))),
+      spin_(std::chrono::microseconds(spin_setting.as_int())) {
+  if (eager_bytes_ > transport::max_frame_payload) eager_bytes_ = transport::max_frame_payload;
+  const transport::TransportContext context{.rank = config.rank,
+                                            .world_size = config.world_size,
+                                            .job_id = config.job_id,
+                                            .host_id = config.host_id,
+                                            .timeout = config.timeout,
+                                            .engine = &engine_,
+                                            .sink = this};
+  self_ = std::make_unique<transport::self::SelfTransport>(context);
+  transports_ = transport::create_transports(context);
+}
+
+Messenger::~Messenger() {
+  if (!closed_) shutdown();
+}
+
+transport::PeerInfo Messenger::self_info() const {
+  transport::PeerInfo info;
+  info.rank = config_.rank;
+  info.host_id = config_.host_id;
+  for (const auto& t : transports_) t->describe_self(info);
+  return info;
+}
+
+void Messenger::connect(const std::vector<transport::PeerInfo>& peers) {
+  const base::Deadline deadline = base::deadline_after(config_.timeout);
+  {
+    Lock lock(mu_);
+    std::vector<std::vector<transport::PeerInfo>> groups(transports_.size());
+    for (const auto& peer : peers) {
+      auto selection = transport::select_transport(transports_, *self_, peer);
+      if (selection.transport == nullptr) {
+        throw Error(ErrorKind::link, {.rank = config_.rank, .peer = peer.rank,
+                                      .operation = "connect", .cause = selection.reason});
+      }
+      PeerState& ps = peers_[static_cast<std::size_t>(peer.rank)];
+      ps.transport = selection.transport;
+      ps.transport_reason = selection.reason;
+      if (peer.rank != config_.rank) {
+        base::log(base::LogLevel::info, "rank ", peer.rank, " via ", selection.transport->name(),
+                  ": ", selection.reason);
+      }
+      for (std::size_t i = 0; i < transports_.size(); ++i)
+        if (transports_[i].get() == selection.transport) groups[i].push_back(peer);
+    }
+    for (std::size_t i = 0; i < transports_.size(); ++i)
+      if (!groups[i].empty()) transports_[i]->connect(groups[i]);
+  }
+  for (;;) {
+    {
+      Lock lock(mu_);
+      for (const auto& ps : peers_)
+        if (ps.failure) throw ps.failure->for_operation("connect", std::nullopt);
+      bool ready = true;
+      std::string pending;
+      for (const auto& t : transports_) {
+        if (t->ready()) continue;
+        ready = false;
+        pending += t->pending_connections();
+      }
+      if (ready) return;
+      if (base::Clock::now() >= deadline) {
+        throw Error(ErrorKind::timeout,
+                    {.rank = config_.rank, .operation = "connect",
+                     .cause = "connections not up after " + std::to_string(config_.timeout.count()) +
+                              " ms; still waiting for " + pending});
+      }
+      driving_ = true;
+    }
+    drive(10);
+    Lock lock(mu_);
+    driving_ = false;
+  }
+}
+
+Error Messenger::request_error(const RequestImpl& r, ErrorKind kind, std::string cause) const {
+  return Error(kind, {.rank = config_.rank,
+                      .peer = r.kind == RequestImpl::Kind::recv && r.status.source >= 0
+                                  ? r.status.source
+                                  : r.peer,
+                      .operation = r.kind == RequestImpl::Kind::send ? "send" : "recv",
+                      .tag = to_underlying(r.tag),
+                      .cause = std::move(cause)});
+}
+
+RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag tag) {
+  auto req = std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::send, peer, tag);
+  if (peer < 0 || peer >= config_.world_size)
+    throw request_error(*req, ErrorKind::usage, "peer " + std::to_string(peer) +
+                                                    " is not a rank of this communicator (size " +
+                                                    std::to_string(config_.world_size) + ")");
+  if (to_underlying(tag) >= reserved_tags)
+    throw request_error(*req, ErrorKind::usage, "tags at or above 2^63 are reserved");
+  if (data == nullptr && bytes > 0)
+    throw request_error(*req, ErrorKind::usage, "null buffer for a non-empty message");
+  req->send_data = static_cast<const char*>(data);
+  req->send_bytes = bytes;
+  req->status = Status{config_.rank, tag, bytes};
+  std::vector<RequestPtr> completed;
+  {
+    Lock lock(mu_);
+    PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+    if (closed_) {
+      complete(*req, request_error(*req, ErrorKind::usage, "the communicator is closed"));
+    } else if (ps.failure) {
+      complete(*req, ps.failure->for_operation("send", to_underlying(tag)));
+    } else if (bytes <= eager_bytes_) {
+      transport::FrameHeader h;
+      h.type = static_cast<std::uint8_t>(FrameType::eager);
+      h.payload_bytes = static_cast<std::uint32_t>(bytes);
+      h.tag = to_underlying(tag);
+      send_frame(peer, h, data, transport::Ordering::ordered, [this, req](const Error* e) {
+        complete(*req, e ? std::optional<Error>(e->for_operation("send", to_underlying(req->tag)))
+                         : std::nullopt);
+      });
+    } else {
+      req->id = next_id_++;
+      sends_.emplace(req->id, req);
+      transport::FrameHeader h;
+      h.type = static_cast<std::uint8_t>(FrameType::rts);
+      h.tag = to_underlying(tag);
+      h.id = req->id;
+      h.arg = bytes;
+      send_frame(peer, h, nullptr, transport::Ordering::ordered, nullptr);
+    }
+    completed = take_completed();
+  }
+  run_callbacks(std::move(completed));
+  return req;
+}
+
+RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag tag) {
+  auto req = std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::recv, source, tag);
+  if (source != any_source && (source < 0 || source >= config_.world_size))
+    throw request_error(*req, ErrorKind::usage, "source " + std::to_string(source) +
+                                                    " is not a rank of this communicator (size " +
+                                                    std::to_string(config_.world_size) + ")");
+  if (tag != any_tag && to_underlying(tag) >= reserved_tags)
+    throw request_error(*req, ErrorKind::usage, "tags at or above 2^63 are reserved");
+  if (data == nullptr && capacity > 0)
+    throw request_error(*req, ErrorKind::usage, "null buffer with a non-zero capacity");
+  req->recv_data = static_cast<char*>(data);
+  req->capacity = capacity;
+  std::vector<RequestPtr> completed;
+  {
+    Lock lock(mu_);
+    auto it = unexpected_.begin();
+    while (it != unexpected_.end() && !(matches(*req, it->source, it->tag) && !it->waiting)) ++it;
+    if (closed_) {
+      complete(*req, request_error(*req, ErrorKind::usage, "the communicator is closed"));
+    } else if (it != unexpected_.end()) {
+      match_unexpected(req, it);
+    } else if (source != any_source && peers_[static_cast<std::size_t>(source)].failure) {
+      complete(*req, peers_[static_cast<std::size_t>(source)].failure->for_operation(
+                         "recv", to_underlying(tag)));
+    } else if (source == any_source && all_remote_peers_failed()) {
+      complete(*req, request_error(*req, ErrorKind::peer_lost,
+                                   "every other rank of the communicator is lost"));
+    } else {
+      posted_.push_back(req);
+    }
+    completed = take_completed();
+  }
+  run_callbacks(std::move(completed));
+  return req;
+}
+
+bool Messenger::matches(const RequestImpl& recv, int source, std::uint64_t tag) const {
+  return (recv.peer == any_source || recv.peer == source) &&
+         (recv.tag == any_tag || to_underlying(recv.tag) == tag);
+}
+
+bool Messenger::all_remote_peers_failed() const {
+  if (config_.world_size <= 1) return false;
+  for (int r = 0; r < config_.world_size; ++r)
+    if (r != config_.rank && !peers_[static_cast<std::size_t>(r)].failure) return false;
+  return true;
+}
+
+void Messenger::send_frame(int peer, const transport::FrameHeader& header, const void* payload,
+                           transport::Ordering ordering, transport::SendDone done) {
+  transport::Transport* t = peers_[static_cast<std::size_t>(peer)].transport;
+  if (t == nullptr) {
+    const Error error(ErrorKind::internal, {.rank = config_.rank, .peer = peer, .operation = "send",
+                                            .cause = "no transport serves this peer"});
+    if (done) done(&error);
+    return;
+  }
+  t->post_send(peer, header, payload, ordering, done ? std::move(done) : [](const Error*) {});
+}
+
+void Messenger::complete(RequestImpl& request, std::optional<Error> error) {
+  if (request.phase == RequestImpl::Phase::complete) return;
+  request.phase = RequestImpl::Phase::complete;
+  request.error = std::move(error);
+  request.done.store(true, std::memory_order_release);
+  completed_.push_back(request.shared_from_this());
+}
+
+std::vector<RequestPtr> Messenger::take_completed() {
+  std::vector<RequestPtr> out;
+  out.swap(completed_);
+  return out;
+}
+
+void Messenger::run_callbacks(std::vector<RequestPtr> completed) {
+  if (completed.empty()) return;
+  std::vector<std::pair<RequestPtr, Request::Callback>> callbacks;
+  {
+    Lock lock(mu_);
+    for (auto& r : completed)
+      if (r->callback) callbacks.emplace_back(r, std::move(r->callback));
+  }
+  cv_.notify_all();
+  for (auto& [r, callback] : callbacks) callback(r->status, r->error ? &*r->error : nullptr);
+}
+
+void Messenger::on_complete(RequestImpl& request, Request::Callback callback) {
+  {
+    Lock lock(mu_);
+    if (request.phase != RequestImpl::Phase::complete) {
+      request.callback = std::move(callback);
+      return;
+    }
+  }
+  callback(request.status, request.error ? &*request.error : nullptr);
+}
+
+bool Messenger::on_complete_if_pending(RequestImpl& request, Request::Callback callback) {
+  Lock lock(mu_);
+  if (request.phase == RequestImpl::Phase::complete) return false;
+  request.callback = std::move(callback);
+  return true;
+}
+
+void Messenger::drive(int sleep_ms) {
+  bool busy;
+  {
+    Lock lock(mu_);
+    busy = engine_.run_pollers();
+  }
+  const int n = engine_.wait_events(busy ? 0 : sleep_ms);
+  std::vector<RequestPtr> completed;
+  {
+    Lock lock(mu_);
+    engine_.dispatch_events(n);
+    completed = take_completed();
+  }
+  run_callbacks(std::move(completed));
+}
+
+bool Messenger::test(RequestImpl& request) {
+  if (request.done.load(std::memory_order_acquire)) return true;
+  {
+    Lock lock(mu_);
+    if (driving_) return request.done.load(std::memory_order_acquire);
+    driving_ = true;
+  }
+  drive(0);
+  {
+    Lock lock(mu_);
+    driving_ = false;
+  }
+  cv_.notify_all();
+  return request.done.load(std::memory_order_acquire);
+}
+
+void Messenger::progress() {
+  {
+    Lock lock(mu_);
+    if (driving_) return;
+    driving_ = true;
+  }
+  drive(0);
+  {
+    Lock lock(mu_);
+    driving_ = false;
+  }
+  cv_.notify_all();
+}
+
+Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) {
+  const auto start = base::Clock::now();
+  const base::Deadline deadline = start + timeout;
+  const base::Deadline spin_end = start + spin_;
+  const base::Deadline pure_spin_end = start + spin_ / 2;
+  while (!request.done.load(std::memory_order_acquire)) {
+    const auto now = base::Clock::now();
+    Lock lock(mu_);
+    if (request.done.load(std::memory_order_acquire)) break;
+    if (now >= deadline) {
+      throw request_error(request, ErrorKind::timeout,
+                          "not complete after " + std::to_string(timeout.count()) + " ms: " +
+                              describe_wait(request));
+    }
+    if (driving_) {
+      // Someone else drives progress; sleep until a completion or until the role is free.
+      ++sleepers_;
+      cv_.wait_for(lock, std::chrono::milliseconds(1));
+      --sleepers_;
+      continue;
+    }
+    driving_ = true;
+    lock.unlock();
+    // Spin (busy-poll class latency), then yield to other runnable ranks, then sleep in the
+    // kernel: an idle waiter uses no CPU.
+    const bool spinning = now < spin_end;
+    drive(spinning ? 0 : base::ms_left(deadline, 100));
+    if (spinning && now >= pure_spin_end && !request.done.load(std::memory_order_acquire))
+      std::this_thread::yield();
+    lock.lock();
+    driving_ = false;
+    if (sleepers_ > 0) cv_.notify_all();
+  }
+  if (request.error) throw *request.error;
+  return request.status;
+}
+
+std::string Messenger::describe_wait(const RequestImpl& r) const {
+  const std::string peer = r.peer == any_source ? "any rank" : "rank " + std::to_string(r.peer);
+  if (r.kind == RequestImpl::Kind::recv) {
+    if (r.phase == RequestImpl::Phase::matched) {
+      return "matched a message of " + std::to_string(r.expected) + " bytes from rank " +
+             std::to_string(r.status.source) + ", " + std::to_string(r.received) +
+             " bytes arrived so far";
+    }
+    std::string text = "no matching message from " + peer + " has arrived";
+    std::string lost;
+    for (int p = 0; p < config_.world_size; ++p) {
+      const auto& f = peers_[static_cast<std::size_t>(p)].failure;
+      if (f && (r.peer == any_source || r.peer == p))
+        lost += (lost.empty() ? "" : "; ") + std::string(f->what());
+    }
+    if (!lost.empty()) text += " (lost earlier: " + lost + ")";
+    return text;
+  }
+  if (r.phase == RequestImpl::Phase::transferring)
+    return std::to_string(r.chunks_pending) + " data chunks still queued for " + peer;
+  if (r.id != 0) return "waiting for " + peer + " to post a matching receive (clear-to-send)";
+  return "queued behind other data: " + peer + " is not reading fast enough";
+}
+
+bool Messenger::cancel(RequestImpl& request) {
+  std::vector<RequestPtr> completed;
+  bool cancelled = false;
+  {
+    Lock lock(mu_);
+    if (request.kind == RequestImpl::Kind::recv && request.phase == RequestImpl::Phase::posted) {
+      for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+        if (it->get() != &request) continue;
+        posted_.erase(it);
+        complete(request, request_error(request, ErrorKind::usage, "cancelled"));
+        cancelled = true;
+        break;
+      }
+    }
+    completed = take_completed();
+  }
+  run_callbacks(std::move(completed));
+  return cancelled;
+}
+
+void Messenger::abandon(RequestImpl& request, const Error& error) {
+  if (cancel(request)) return;
+  std::vector<RequestPtr> completed;
+  {
+    Lock lock(mu_);
+    if (request.phase == RequestImpl::Phase::complete) return;
+    const int peer = request.kind == RequestImpl::Kind::recv ? request.status.source : request.peer;
+    if (peer >= 0 && peers_[static_cast<std::size_t>(peer)].transport) {
+      base::log(base::LogLevel::error, error.what(), "; closing the link to rank ", peer,
+                " because the operation is partly transferred");
+      peers_[static_cast<std::size_t>(peer)].transport->fail_peer(peer, error);
+    }
+    complete(request, error);
+    completed = take_completed();
+  }
+  run_callbacks(std::move(completed));
+}
+
+void Messenger::shutdown() {
+  std::vector<RequestPtr> completed;
+  {
+    Lock lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    const base::Deadline deadline = base::deadline_after(
+        std::min<std::chrono::milliseconds>(config_.timeout, shutdown_linger));
+    for (auto& t : transports_) t->shutdown(deadline);
+    self_->shutdown(deadline);
+    auto fail = [&](const RequestPtr& r) {
+      complete(*r, request_error(*r, ErrorKind::usage, "the communicator was closed"));
+    };
+    for (auto& r : posted_) fail(r);
+    for (auto& [id, r] : sends_) fail(r);
+    for (auto& [id, r] : recvs_) fail(r);
+    for (auto& ps : peers_)
+      if (ps.eager_target) fail(ps.eager_target);
+    for (auto& u : unexpected_)
+      if (u.waiting) fail(u.waiting);
+    posted_.clear();
+    sends_.clear();
+    recvs_.clear();
+    unexpected_.clear();
+    for (auto& ps : peers_) ps.eager_target.reset();
+    completed = take_completed();
+  }
+  run_callbacks(std::move(completed));
+}
+
+std::string Messenger::transport_name(int peer) const {
+  Lock lock(mu_);
+  const auto* t = peers_.at(static_cast<std::size_t>(peer)).transport;
+  return t ? std::string(t->name()) : "none";
+}
+
+std::string Messenger::describe_peer(int peer) const {
+  Lock lock(mu_);
+  const PeerState& ps = peers_.at(static_cast<std::size_t>(peer));
+  if (ps.transport == nullptr) return "not connected";
+  return ps.transport->describe_peer(peer) + "; chosen as " + ps.transport_reason;
+}
+
+}  // namespace anview::p2p

@@ -1,0 +1,146 @@
+// The p2p engine of one communicator: tag matching, the eager and rendezvous protocols,
+// requests, and the driving of progress (spin, then sleep).
+//
+// Locking: one mutex guards all protocol state and the transports. Progress is driven by at
+// most one thread at a time (the "driver", whichever thread waits); it sleeps in epoll without
+// the mutex, so other threads can post operations meanwhile. Completion callbacks run after
+// the mutex is released, on the thread that completed them.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/progress_engine.hpp"
+#include "p2p/request_impl.hpp"
+#include "transport/transport.hpp"
+
+namespace anview::p2p {
+
+using detail::RequestImpl;
+using RequestPtr = std::shared_ptr<RequestImpl>;
+
+struct MessengerConfig {
+  int rank = 0;
+  int world_size = 1;
+  std::uint64_t job_id = 0;
+  std::string host_id;
+  std::chrono::milliseconds timeout{0};
+};
+
+class Messenger final : public transport::FrameSink,
+                        public std::enable_shared_from_this<Messenger> {
+ public:
+  explicit Messenger(const MessengerConfig& config);
+  ~Messenger() override;
+
+  int rank() const { return config_.rank; }
+  int size() const { return config_.world_size; }
+  std::chrono::milliseconds default_timeout() const { return config_.timeout; }
+
+  // Bootstrap: what this rank publishes, then connecting to everyone (blocks until every link
+  // is up; raises the first link's Error, or a timeout naming the missing peers).
+  transport::PeerInfo self_info() const;
+  void connect(const std::vector<transport::PeerInfo>& peers);
+
+  RequestPtr isend(const void* data, std::size_t bytes, int peer, Tag tag);
+  RequestPtr irecv(void* data, std::size_t capacity, int source, Tag tag);
+
+  bool test(RequestImpl& request);
+  // Raises Error(timeout) at the deadline (the request stays pending), or the request's Error.
+  Status wait(RequestImpl& request, std::chrono::milliseconds timeout);
+  bool cancel(RequestImpl& request);
+  // Gives up on a request a blocking call timed out on: cancels it if it has not started,
+  // else closes the link to its peer with `error` (its buffer would still be in use).
+  void abandon(RequestImpl& request, const Error& error);
+  void on_complete(RequestImpl& request, Request::Callback callback);
+  // Registers the callback only if the request is still pending; false when it is complete.
+  bool on_complete_if_pending(RequestImpl& request, Request::Callback callback);
+  void progress();
+
+  // Flushes, says goodbye, closes; pending requests fail with "communicator closed".
+  void shutdown();
+
+  std::string transport_name(int peer) const;
+  std::string describe_peer(int peer) const;
+
+  // transport::FrameSink (called with mu_ held)
+  transport::Landing on_frame(int peer, const transport::FrameHeader& header) override;
+  void on_frame_done(int peer, const transport::FrameHeader& header, void* data) override;
+  void on_peer_failed(int peer, const Error& error) override;
+
+ private:
+  struct Unexpected {
+    int source;
+    std::uint64_t tag;
+    std::size_t bytes;
+    bool rendezvous;
+    std::uint64_t sender_id;         // rendezvous: the sender's request id
+    std::unique_ptr<char[]> data;    // eager payload
+    bool complete = true;            // eager payload fully arrived
+    RequestPtr waiting;              // a receive matched it before its payload arrived
+  };
+  struct PeerState {
+    transport::Transport* transport = nullptr;
+    std::string transport_reason;
+    std::optional<Error> failure;
+    std::size_t unexpected_bytes = 0;
+    bool deferred = false;
+    RequestPtr eager_target;                // receive the current eager frame lands in
+    std::list<Unexpected>::iterator eager_unexpected;  // or the unexpected entry it fills
+    bool eager_to_unexpected = false;
+  };
+  using Lock = std::unique_lock<std::mutex>;
+
+  // All below: mu_ held.
+  void complete(RequestImpl& request, std::optional<Error> error);
+  std::vector<RequestPtr> take_completed();
+  void run_callbacks(std::vector<RequestPtr> completed);
+  void match_unexpected(const RequestPtr& recv, std::list<Unexpected>::iterator it);
+  void start_rendezvous_receive(const RequestPtr& recv, int source, std::uint64_t tag,
+                                std::size_t bytes, std::uint64_t sender_id);
+  void send_data(const RequestPtr& send, std::uint64_t receiver_id);
+  void send_frame(int peer, const transport::FrameHeader& header, const void* payload,
+                  transport::Ordering ordering, transport::SendDone done);
+  bool matches(const RequestImpl& recv, int source, std::uint64_t tag) const;
+  void protocol_error(int peer, const std::string& cause);
+  void release_unexpected(int peer, std::size_t bytes);
+  Error request_error(const RequestImpl& request, ErrorKind kind, std::string cause) const;
+  std::string describe_wait(const RequestImpl& request) const;
+  bool all_remote_peers_failed() const;
+  // One round of progress as the driver; sleeps up to sleep_ms when idle.
+  void drive(int sleep_ms);
+
+  MessengerConfig config_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // signalled when requests complete or the driver leaves
+  bool driving_ = false;
+  int sleepers_ = 0;
+
+  base::ProgressEngine engine_;
+  std::unique_ptr<transport::Transport> self_;
+  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  std::vector<PeerState> peers_;
+
+  std::list<RequestPtr> posted_;  // receives waiting for a match, in post order
+  std::list<Unexpected> unexpected_;  // arrived before their receive, in arrival order
+  std::unordered_map<std::uint64_t, RequestPtr> sends_;  // rendezvous sends by id
+  std::unordered_map<std::uint64_t, RequestPtr> recvs_;  // rendezvous receives by id
+  std::uint64_t next_id_ = 1;
+  std::vector<RequestPtr> completed_;  // waiting for their callbacks to run
+  std::vector<char> discard_;
+  bool closed_ = false;
+
+  std::size_t eager_bytes_;
+  std::size_t unexpected_limit_;
+  std::size_t chunk_bytes_;
+  std::chrono::microseconds spin_;
+};
+
+}  // namespace anview::p2p

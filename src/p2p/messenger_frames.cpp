@@ -1,0 +1,301 @@
+// The receiving half of the p2p protocol: what the Messenger does with each incoming frame
+// (transport::FrameSink). Every field read from the wire is checked before use; a frame that
+// breaks the protocol closes the link to its sender with a protocol Error.
+#include <cstring>
+
+#include "base/log.hpp"
+#include "p2p/messenger.hpp"
+#include "p2p/protocol.hpp"
+
+namespace anview::p2p {
+namespace {
+
+// What an unexpected rendezvous announcement costs against the per-peer budget.
+constexpr std::size_t rts_record_bytes = 64;
+
+std::string truncation_cause(std::size_t bytes, int source, std::size_t capacity) {
+  return "the message of " + std::to_string(bytes) + " bytes from rank " + std::to_string(source) +
+         " does not fit the receive buffer of " + std::to_string(capacity) + " bytes";
+}
+
+}  // namespace
+
+void Messenger::protocol_error(int peer, const std::string& cause) {
+  const Error error(ErrorKind::protocol,
+                    {.rank = config_.rank, .peer = peer, .operation = "recv", .cause = cause});
+  peers_[static_cast<std::size_t>(peer)].transport->fail_peer(peer, error);
+}
+
+transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h) {
+  if (closed_) return {};
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  auto find_posted = [&]() -> RequestPtr {
+    for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+      if (!matches(**it, peer, h.tag)) continue;
+      RequestPtr r = std::move(*it);
+      posted_.erase(it);
+      return r;
+    }
+    return nullptr;
+  };
+  auto over_budget = [&](std::size_t cost) {
+    return ps.unexpected_bytes > 0 && ps.unexpected_bytes + cost > unexpected_limit_;
+  };
+
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::eager: {
+      // Peek before taking a posted receive: a deferred frame must leave no trace.
+      bool has_match = false;
+      for (const auto& r : posted_)
+        if (matches(*r, peer, h.tag)) {
+          has_match = true;
+          break;
+        }
+      if (!has_match && over_budget(h.payload_bytes)) {
+        ps.deferred = true;
+        return {.data = nullptr, .defer = true};
+      }
+      if (RequestPtr recv = has_match ? find_posted() : nullptr) {
+        recv->status = Status{peer, Tag{h.tag}, h.payload_bytes};
+        recv->expected = h.payload_bytes;
+        if (h.payload_bytes > recv->capacity) {
+          complete(*recv, request_error(*recv, ErrorKind::usage,
+                                        truncation_cause(h.payload_bytes, peer, recv->capacity)));
+          return {};  // the transport consumes and drops the payload
+        }
+        recv->phase = RequestImpl::Phase::matched;
+        ps.eager_target = recv;
+        return {.data = recv->recv_data, .defer = false};
+      }
+      Unexpected u{.source = peer, .tag = h.tag, .bytes = h.payload_bytes, .rendezvous = false,
+                   .sender_id = 0, .data = std::make_unique<char[]>(h.payload_bytes),
+                   .complete = false, .waiting = nullptr};
+      char* landing = u.data.get();
+      unexpected_.push_back(std::move(u));
+      ps.unexpected_bytes += h.payload_bytes;
+      ps.eager_unexpected = std::prev(unexpected_.end());
+      ps.eager_to_unexpected = true;
+      return {.data = landing, .defer = false};
+    }
+    case FrameType::rts: {
+      if (h.payload_bytes != 0 || h.arg > max_message_bytes || h.id == 0) {
+        protocol_error(peer, "bad ready-to-send frame (size " + std::to_string(h.arg) +
+                                 ", payload " + std::to_string(h.payload_bytes) + ")");
+        return {};
+      }
+      if (RequestPtr recv = find_posted()) {
+        start_rendezvous_receive(recv, peer, h.tag, h.arg, h.id);
+        return {};
+      }
+      if (over_budget(rts_record_bytes)) {
+        ps.deferred = true;
+        return {.data = nullptr, .defer = true};
+      }
+      unexpected_.push_back(Unexpected{.source = peer, .tag = h.tag, .bytes = h.arg,
+                                       .rendezvous = true, .sender_id = h.id, .data = nullptr,
+                                       .complete = true, .waiting = nullptr});
+      ps.unexpected_bytes += rts_record_bytes;
+      return {};
+    }
+    case FrameType::cts: {
+      auto it = sends_.find(h.id);
+      if (h.payload_bytes != 0 || it == sends_.end() || it->second->peer != peer) {
+        protocol_error(peer, "clear-to-send for unknown send request " + std::to_string(h.id));
+        return {};
+      }
+      RequestPtr send = std::move(it->second);
+      sends_.erase(it);
+      if (h.flags & cts_reject) {
+        complete(*send, request_error(*send, ErrorKind::usage,
+                                      "rank " + std::to_string(peer) +
+                                          " posted a receive buffer of " + std::to_string(h.arg) +
+                                          " bytes for this " + std::to_string(send->send_bytes) +
+                                          "-byte message"));
+      } else {
+        send_data(send, h.arg);
+      }
+      return {};
+    }
+    case FrameType::data: {
+      auto it = recvs_.find(h.id);
+      if (it == recvs_.end() || it->second->status.source != peer ||
+          h.arg > it->second->expected || h.payload_bytes > it->second->expected - h.arg) {
+        protocol_error(peer, "data frame for unknown receive " + std::to_string(h.id) +
+                                 " or outside its message (offset " + std::to_string(h.arg) +
+                                 ", " + std::to_string(h.payload_bytes) + " bytes)");
+        return {};
+      }
+      return {.data = it->second->recv_data + h.arg, .defer = false};
+    }
+  }
+  protocol_error(peer, "unknown frame type " + std::to_string(h.type));
+  return {};
+}
+
+void Messenger::on_frame_done(int peer, const transport::FrameHeader& h, void*) {
+  if (closed_) return;
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::eager:
+      if (ps.eager_to_unexpected) {
+        ps.eager_to_unexpected = false;
+        auto it = ps.eager_unexpected;
+        it->complete = true;
+        if (RequestPtr waiting = std::move(it->waiting)) match_unexpected(waiting, it);
+      } else if (RequestPtr recv = std::move(ps.eager_target)) {
+        complete(*recv, std::nullopt);
+      }
+      return;
+    case FrameType::data: {
+      auto it = recvs_.find(h.id);
+      if (it == recvs_.end()) return;
+      RequestImpl& recv = *it->second;
+      recv.received += h.payload_bytes;
+      if (recv.received == recv.expected) {
+        RequestPtr done = std::move(it->second);
+        recvs_.erase(it);
+        complete(*done, std::nullopt);
+      }
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void Messenger::match_unexpected(const RequestPtr& recv, std::list<Unexpected>::iterator it) {
+  const int source = it->source;
+  if (it->rendezvous) {
+    start_rendezvous_receive(recv, source, it->tag, it->bytes, it->sender_id);
+    unexpected_.erase(it);
+    release_unexpected(source, rts_record_bytes);
+    return;
+  }
+  if (!it->complete) {  // its payload is still arriving; finish when it is in
+    recv->phase = RequestImpl::Phase::matched;
+    recv->status = Status{source, Tag{it->tag}, it->bytes};
+    recv->expected = it->bytes;
+    it->waiting = recv;
+    return;
+  }
+  const std::size_t bytes = it->bytes;
+  recv->status = Status{source, Tag{it->tag}, bytes};
+  recv->expected = bytes;
+  if (bytes > recv->capacity) {
+    complete(*recv, request_error(*recv, ErrorKind::usage,
+                                  truncation_cause(bytes, source, recv->capacity)));
+  } else {
+    if (bytes > 0) std::memcpy(recv->recv_data, it->data.get(), bytes);
+    recv->received = bytes;
+    complete(*recv, std::nullopt);
+  }
+  unexpected_.erase(it);
+  release_unexpected(source, bytes);
+}
+
+void Messenger::release_unexpected(int peer, std::size_t bytes) {
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  ps.unexpected_bytes -= std::min(bytes, ps.unexpected_bytes);
+  if (ps.deferred && ps.unexpected_bytes < unexpected_limit_) {
+    ps.deferred = false;
+    if (ps.transport) ps.transport->resume(peer);
+  }
+}
+
+void Messenger::start_rendezvous_receive(const RequestPtr& recv, int source, std::uint64_t tag,
+                                         std::size_t bytes, std::uint64_t sender_id) {
+  recv->status = Status{source, Tag{tag}, bytes};
+  recv->expected = bytes;
+  transport::FrameHeader cts;
+  cts.type = static_cast<std::uint8_t>(FrameType::cts);
+  cts.id = sender_id;
+  if (bytes > recv->capacity) {
+    cts.flags = cts_reject;
+    cts.arg = recv->capacity;
+    send_frame(source, cts, nullptr, transport::Ordering::ordered, nullptr);
+    complete(*recv, request_error(*recv, ErrorKind::usage,
+                                  truncation_cause(bytes, source, recv->capacity)));
+    return;
+  }
+  recv->id = next_id_++;
+  recv->phase = RequestImpl::Phase::matched;
+  recvs_.emplace(recv->id, recv);
+  cts.arg = recv->id;
+  send_frame(source, cts, nullptr, transport::Ordering::ordered, nullptr);
+}
+
+void Messenger::send_data(const RequestPtr& send, std::uint64_t receiver_id) {
+  send->phase = RequestImpl::Phase::transferring;
+  const std::size_t bytes = send->send_bytes;
+  send->chunks_pending = (bytes + chunk_bytes_ - 1) / chunk_bytes_;
+  for (std::size_t offset = 0; offset < bytes; offset += chunk_bytes_) {
+    transport::FrameHeader h;
+    h.type = static_cast<std::uint8_t>(FrameType::data);
+    h.payload_bytes = static_cast<std::uint32_t>(std::min(chunk_bytes_, bytes - offset));
+    h.id = receiver_id;
+    h.arg = offset;
+    send_frame(send->peer, h, send->send_data + offset, transport::Ordering::any_stream,
+               [this, send](const Error* e) {
+                 if (send->phase == RequestImpl::Phase::complete) return;
+                 if (e) {
+                   complete(*send, e->for_operation("send", to_underlying(send->tag)));
+                 } else if (--send->chunks_pending == 0) {
+                   complete(*send, std::nullopt);
+                 }
+               });
+    if (send->phase == RequestImpl::Phase::complete) return;
+  }
+}
+
+void Messenger::on_peer_failed(int peer, const Error& error) {
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  if (ps.failure) return;
+  ps.failure = error;
+  auto fail = [&](const RequestPtr& r) {
+    complete(*r, error.for_operation(r->kind == RequestImpl::Kind::send ? "send" : "recv",
+                                     to_underlying(r->tag)));
+  };
+  if (ps.eager_target) fail(ps.eager_target);
+  ps.eager_target.reset();
+  if (ps.eager_to_unexpected) {
+    ps.eager_to_unexpected = false;
+    if (ps.eager_unexpected->waiting) fail(ps.eager_unexpected->waiting);
+    unexpected_.erase(ps.eager_unexpected);
+  }
+  // Announced rendezvous messages from the peer can never arrive now; complete eager ones can
+  // still be received.
+  for (auto it = unexpected_.begin(); it != unexpected_.end();) {
+    if (it->source == peer && it->rendezvous) {
+      it = unexpected_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const bool everyone_lost = all_remote_peers_failed();
+  for (auto it = posted_.begin(); it != posted_.end();) {
+    if ((*it)->peer == peer || ((*it)->peer == any_source && everyone_lost)) {
+      fail(*it);
+      it = posted_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = sends_.begin(); it != sends_.end();) {
+    if (it->second->peer == peer) {
+      fail(it->second);
+      it = sends_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = recvs_.begin(); it != recvs_.end();) {
+    if (it->second->status.source == peer) {
+      fail(it->second);
+      it = recvs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace anview::p2p

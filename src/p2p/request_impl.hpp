@@ -1,0 +1,56 @@
+// The state behind an anview::Request. Fields other than `done` are guarded by the owning
+// Messenger's mutex; `done` is set (release) after everything else is final, so a reader that
+// sees done == true (acquire) may read status and error without the lock.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "anview/request.hpp"
+
+namespace anview::p2p {
+class Messenger;
+}
+
+namespace anview::detail {
+
+class RequestImpl : public std::enable_shared_from_this<RequestImpl> {
+ public:
+  enum class Kind : std::uint8_t { send, recv };
+  enum class Phase : std::uint8_t {
+    posted,       // recv: waiting for a match; send: queued eagerly or waiting for CTS
+    matched,      // recv: matched, payload arriving
+    transferring, // send: CTS received, data frames queued
+    complete,
+  };
+
+  RequestImpl(std::shared_ptr<p2p::Messenger> owner_, Kind kind_, int peer_, Tag tag_)
+      : owner(std::move(owner_)), kind(kind_), peer(peer_), tag(tag_) {}
+
+  std::shared_ptr<p2p::Messenger> owner;
+  const Kind kind;
+  const int peer;  // as posted: any_source allowed for receives
+  const Tag tag;   // as posted: any_tag allowed for receives
+  std::uint64_t id = 0;
+  Phase phase = Phase::posted;
+
+  // send
+  const char* send_data = nullptr;
+  std::size_t send_bytes = 0;
+  std::size_t chunks_pending = 0;
+  // recv
+  char* recv_data = nullptr;
+  std::size_t capacity = 0;
+  std::size_t expected = 0;  // bytes of the matched message
+  std::size_t received = 0;
+
+  Status status;
+  std::optional<Error> error;
+  Request::Callback callback;
+  std::atomic<bool> done{false};
+};
+
+}  // namespace anview::detail

@@ -1,0 +1,25 @@
+// The unit every transport moves: a 32-byte header, optionally followed by a payload.
+// The header layout is part of the wire format (docs/wire-protocol.md); transports carry it
+// without interpreting the fields, except payload_bytes (how much follows) and reserved (must
+// be zero). The p2p layer gives type, tag, id and arg their meaning.
+#pragma once
+
+#include <cstdint>
+
+namespace anview::transport {
+
+struct FrameHeader {
+  std::uint8_t type = 0;
+  std::uint8_t flags = 0;
+  std::uint16_t reserved = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t id = 0;
+  std::uint64_t arg = 0;
+};
+static_assert(sizeof(FrameHeader) == 32, "FrameHeader is a wire format");
+
+// Hard ceiling on one frame's payload; a header that announces more is a protocol error.
+inline constexpr std::uint32_t max_frame_payload = 64u << 20;
+
+}  // namespace anview::transport

@@ -1,0 +1,57 @@
+#include "transport/registry.hpp"
+
+#include "base/config.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+namespace anview::transport {
+namespace {
+
+const base::Setting transports_setting(
+    "transport", "ANVIEW_TRANSPORTS", "tcp",
+    "Transports to use, in order of preference; each peer gets the first that reaches it");
+
+}  // namespace
+
+std::vector<std::string> known_transports() { return {"tcp"}; }
+
+std::vector<std::unique_ptr<Transport>> create_transports(const TransportContext& context) {
+  std::vector<std::unique_ptr<Transport>> transports;
+  for (const auto& name : transports_setting.as_list()) {
+    if (name == "tcp") {
+      transports.push_back(std::make_unique<tcp::TcpTransport>(context));
+    } else {
+      std::string known;
+      for (const auto& k : known_transports()) known += (known.empty() ? "" : ", ") + k;
+      throw Error(ErrorKind::usage,
+                  {.rank = context.rank, .operation = "transport.select",
+                   .cause = "ANVIEW_TRANSPORTS names '" + name + "', which this build does not "
+                            "have (known: " + known + ")"});
+    }
+  }
+  if (transports.empty()) {
+    throw Error(ErrorKind::usage, {.rank = context.rank, .operation = "transport.select",
+                                   .cause = "ANVIEW_TRANSPORTS is empty"});
+  }
+  return transports;
+}
+
+Selection select_transport(const std::vector<std::unique_ptr<Transport>>& ordered,
+                           Transport& self, const PeerInfo& peer) {
+  std::string why_self;
+  if (self.can_reach(peer, &why_self)) return {&self, "this process"};
+  std::string rejected;
+  for (const auto& t : ordered) {
+    std::string why;
+    if (t->can_reach(peer, &why)) {
+      std::string reason = "first of ANVIEW_TRANSPORTS that reaches rank " +
+                           std::to_string(peer.rank);
+      if (!rejected.empty()) reason += " (" + rejected + ")";
+      return {t.get(), reason};
+    }
+    if (!rejected.empty()) rejected += "; ";
+    rejected += std::string(t->name()) + ": " + why;
+  }
+  return {nullptr, "no transport reaches rank " + std::to_string(peer.rank) + ": " + rejected};
+}
+
+}  // namespace anview::transport

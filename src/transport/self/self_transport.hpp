@@ -1,0 +1,42 @@
+// The self transport: frames a rank sends to itself, delivered in order by a progress poller
+// (never inside post_send, so the sink is not re-entered).
+#pragma once
+
+#include <deque>
+
+#include "transport/transport.hpp"
+
+namespace anview::transport::self {
+
+class SelfTransport final : public Transport {
+ public:
+  explicit SelfTransport(const TransportContext& context);
+
+  std::string_view name() const override { return "self"; }
+  Capabilities capabilities() const override;
+  void describe_self(PeerInfo&) const override {}
+  bool can_reach(const PeerInfo& peer, std::string* why) const override;
+  void connect(const std::vector<PeerInfo>&) override {}
+  bool ready() const override { return true; }
+  std::string pending_connections() const override { return {}; }
+  void post_send(int peer, const FrameHeader& header, const void* payload, Ordering ordering,
+                 SendDone done) override;
+  void resume(int peer) override;
+  void fail_peer(int, const Error&) override {}
+  void shutdown(base::Deadline) override;
+  std::string describe_peer(int) const override { return "self (in-process copy)"; }
+
+ private:
+  struct Queued {
+    FrameHeader header;
+    const void* payload;
+    SendDone done;
+  };
+  bool deliver();
+
+  TransportContext context_;
+  std::deque<Queued> queue_;
+  bool paused_ = false;
+};
+
+}  // namespace anview::transport::self

@@ -1,0 +1,317 @@
+#include "transport/tcp/connection.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "transport/tcp/tcp_transport.hpp"
+
+namespace anview::transport::tcp {
+namespace {
+
+constexpr std::size_t header_bytes = sizeof(FrameHeader);
+constexpr int max_iov = 64;
+
+}  // namespace
+
+Connection::Connection(TcpTransport& owner, base::Fd fd, State state, int peer, int stream)
+    : owner_(owner),
+      fd_(std::move(fd)),
+      state_(state),
+      peer_(peer),
+      stream_(stream),
+      rx_(new char[rx_capacity]) {
+  base::set_nonblocking(fd_.get(), true);
+  base::set_nodelay(fd_.get());
+  owner_.engine().add_fd(fd_.get(), EPOLLIN, this);
+}
+
+Connection::~Connection() {
+  if (fd_.valid()) owner_.engine().remove_fd(fd_.get());
+}
+
+std::string Connection::describe() const {
+  if (!fd_.valid()) return "closed";
+  return base::local_address(fd_.get()).to_string() + " <-> " +
+         base::remote_address(fd_.get()).to_string();
+}
+
+void Connection::set_established(int peer, int stream) {
+  peer_ = peer;
+  stream_ = stream;
+  state_ = State::established;
+}
+
+void Connection::on_fd_events(std::uint32_t events) {
+  if (state_ == State::closed) return;
+  if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+    if (reading_) {
+      read_available();
+    } else if (events & (EPOLLERR | EPOLLHUP)) {
+      // Paused with a frame deferred: the rest of the stream stays in the kernel until the
+      // sink takes it. Stop listening so a hung-up socket does not wake us in a loop;
+      // resume_reading() listens again and then sees the end of the stream.
+      owner_.engine().remove_fd(fd_.get());
+      detached_ = true;
+      return;
+    }
+  }
+  if (state_ == State::closed) return;
+  if (events & EPOLLOUT) flush();
+}
+
+void Connection::update_interest() {
+  if (state_ == State::closed || detached_) return;
+  std::uint32_t events = 0;
+  if (reading_) events |= EPOLLIN;
+  if (want_write_) events |= EPOLLOUT;
+  if (events != interest_) {
+    owner_.engine().modify_fd(fd_.get(), events, this);
+    interest_ = events;
+  }
+}
+
+void Connection::queue_send(const FrameHeader& header, const void* payload, SendDone done) {
+  sendq_.push_back(Pending{header, static_cast<const char*>(payload), header.payload_bytes, 0,
+                           std::move(done)});
+  queued_bytes_ += header_bytes + header.payload_bytes;
+  if (sendq_.size() == 1) flush();
+}
+
+void Connection::flush() {
+  std::vector<SendDone> completed;
+  while (!sendq_.empty() && state_ != State::closed) {
+    iovec iov[max_iov];
+    int count = 0;
+    for (auto it = sendq_.begin(); it != sendq_.end() && count + 2 <= max_iov; ++it) {
+      if (it->sent < header_bytes) {
+        iov[count++] = {reinterpret_cast<char*>(&it->header) + it->sent, header_bytes - it->sent};
+      }
+      const std::size_t payload_sent = it->sent > header_bytes ? it->sent - header_bytes : 0;
+      if (it->bytes > payload_sent) {
+        iov[count++] = {const_cast<char*>(it->payload) + payload_sent, it->bytes - payload_sent};
+      }
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(count);
+    const ssize_t n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      fail(ErrorKind::peer_lost, "sendmsg() failed", errno);
+      break;
+    }
+    std::size_t left = static_cast<std::size_t>(n);
+    queued_bytes_ -= left;
+    while (left > 0) {
+      Pending& p = sendq_.front();
+      const std::size_t rest = header_bytes + p.bytes - p.sent;
+      if (left < rest) {
+        p.sent += left;
+        break;
+      }
+      left -= rest;
+      completed.push_back(std::move(p.done));
+      sendq_.pop_front();
+    }
+  }
+  want_write_ = !sendq_.empty() && state_ != State::closed;
+  update_interest();
+  if (sendq_.empty() && half_close_pending_ && state_ != State::closed) {
+    ::shutdown(fd_.get(), SHUT_WR);
+    half_close_pending_ = false;
+  }
+  for (auto& done : completed)
+    if (done) done(nullptr);
+}
+
+void Connection::half_close() {
+  half_close_pending_ = true;
+  if (sendq_.empty() && state_ != State::closed) {
+    ::shutdown(fd_.get(), SHUT_WR);
+    half_close_pending_ = false;
+  }
+}
+
+void Connection::pause_reading() {
+  reading_ = false;
+  paused_ = true;
+  update_interest();
+}
+
+void Connection::resume_reading() {
+  if (state_ == State::closed) return;
+  paused_ = false;
+  reading_ = true;
+  if (detached_) {
+    detached_ = false;
+    interest_ = want_write_ ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
+    owner_.engine().add_fd(fd_.get(), interest_, this);
+  } else {
+    update_interest();
+  }
+  read_available();
+}
+
+void Connection::close(const Error* error) {
+  if (state_ == State::closed) return;
+  state_ = State::closed;
+  if (!detached_) owner_.engine().remove_fd(fd_.get());
+  fd_.reset();
+  std::deque<Pending> failed;
+  failed.swap(sendq_);
+  queued_bytes_ = 0;
+  const Error closed(ErrorKind::link, owner_.error_context(peer_, "send"));
+  for (auto& p : failed)
+    if (p.done) p.done(error ? error : &closed);
+}
+
+void Connection::fail(ErrorKind kind, const std::string& cause, int err) {
+  ErrorContext context = owner_.error_context(peer_, state_ == State::established ? "transfer"
+                                                                                 : "handshake");
+  context.cause = err ? cause + ": " + base::errno_text(err) : cause;
+  owner_.on_connection_error(*this, Error(kind, std::move(context)));
+}
+
+void Connection::read_available() {
+  if (state_ == State::awaiting_hello || state_ == State::awaiting_ack) {
+    if (!read_handshake()) return;
+  }
+  if (state_ == State::established) read_frames();
+}
+
+bool Connection::read_handshake() {
+  while (rx_tail_ < sizeof(Handshake)) {
+    const ssize_t n = ::recv(fd_.get(), rx_.get() + rx_tail_, sizeof(Handshake) - rx_tail_, 0);
+    if (n > 0) {
+      rx_tail_ += static_cast<std::size_t>(n);
+    } else if (n == 0) {
+      fail(ErrorKind::link, "connection closed during the handshake after " +
+                                std::to_string(rx_tail_) + " bytes");
+      return false;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return false;
+    } else if (errno != EINTR) {
+      fail(ErrorKind::link, "recv() during the handshake", errno);
+      return false;
+    }
+  }
+  Handshake h;
+  std::memcpy(&h, rx_.get(), sizeof h);
+  rx_head_ = rx_tail_ = 0;
+  if (state_ == State::awaiting_hello) {
+    owner_.on_hello(*this, h);
+  } else {
+    owner_.on_ack(*this, h);
+  }
+  return state_ == State::established;
+}
+
+bool Connection::read_frames() {
+  while (reading_ && state_ == State::established) {
+    const std::size_t buffered = rx_tail_ - rx_head_;
+    if (in_payload_) {
+      const std::size_t need = current_.payload_bytes - landed_;
+      if (buffered > 0) {
+        const std::size_t n = std::min(buffered, need);
+        std::memcpy(landing_ + landed_, rx_.get() + rx_head_, n);
+        rx_head_ += n;
+        landed_ += static_cast<std::uint32_t>(n);
+        if (landed_ == current_.payload_bytes) finish_frame();
+        continue;
+      }
+      // Read the payload straight into its landing place; whatever follows goes to rx_.
+      rx_head_ = rx_tail_ = 0;
+      iovec iov[2] = {{landing_ + landed_, need}, {rx_.get(), rx_capacity}};
+      const ssize_t n = ::readv(fd_.get(), iov, 2);
+      if (n > 0) {
+        const auto got = static_cast<std::size_t>(n);
+        if (got <= need) {
+          landed_ += static_cast<std::uint32_t>(got);
+        } else {
+          landed_ = current_.payload_bytes;
+          rx_tail_ = got - need;
+        }
+        if (landed_ == current_.payload_bytes) finish_frame();
+        continue;
+      }
+      if (n == 0) {
+        eof_ = true;
+        fail(ErrorKind::peer_lost, "connection closed in the middle of a " +
+                                       std::to_string(current_.payload_bytes) + "-byte frame");
+        return false;
+      }
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (errno == EINTR) continue;
+      fail(ErrorKind::peer_lost, "readv() failed", errno);
+      return false;
+    }
+    if (buffered >= header_bytes) {
+      if (!start_frame()) return false;
+      continue;
+    }
+    if (rx_head_ > 0) {
+      std::memmove(rx_.get(), rx_.get() + rx_head_, buffered);
+      rx_head_ = 0;
+      rx_tail_ = buffered;
+    }
+    const ssize_t n = ::recv(fd_.get(), rx_.get() + rx_tail_, rx_capacity - rx_tail_, 0);
+    if (n > 0) {
+      rx_tail_ += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) {
+      eof_ = true;
+      reading_ = false;  // an ended stream stays readable: stop listening for it
+      update_interest();
+      if (buffered > 0) {
+        fail(ErrorKind::peer_lost,
+             "connection closed after a truncated frame header (" + std::to_string(buffered) +
+                 " of " + std::to_string(header_bytes) + " bytes)");
+      } else {
+        owner_.on_connection_eof(*this);
+      }
+      return false;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+    if (errno == EINTR) continue;
+    fail(ErrorKind::peer_lost, "recv() failed", errno);
+    return false;
+  }
+  return false;
+}
+
+bool Connection::start_frame() {
+  std::memcpy(&current_, rx_.get() + rx_head_, header_bytes);
+  if (current_.reserved != 0 || current_.payload_bytes > max_frame_payload) {
+    fail(ErrorKind::protocol, "bad frame header (type " + std::to_string(current_.type) +
+                                  ", reserved " + std::to_string(current_.reserved) +
+                                  ", payload " + std::to_string(current_.payload_bytes) +
+                                  " bytes, limit " + std::to_string(max_frame_payload) + ")");
+    return false;
+  }
+  const Landing landing = owner_.deliver_frame(*this, current_);
+  if (state_ == State::closed) return false;
+  if (landing.defer) {
+    pause_reading();  // the header stays in rx_ and is offered again on resume
+    return false;
+  }
+  rx_head_ += header_bytes;
+  landing_ = static_cast<char*>(landing.data);
+  landed_ = 0;
+  in_payload_ = true;
+  if (current_.payload_bytes == 0) finish_frame();
+  return true;
+}
+
+void Connection::finish_frame() {
+  in_payload_ = false;
+  owner_.deliver_frame_done(*this, current_, landing_);
+}
+
+}  // namespace anview::transport::tcp

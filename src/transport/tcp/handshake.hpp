@@ -1,0 +1,61 @@
+// The TCP connection handshake (docs/wire-protocol.md, "Handshake"): the connecting side sends
+// a hello, the accepting side answers with an ack or a reject that says why, then closes.
+// magic and version sit at the same offsets in every version, so any two versions can tell
+// each other apart.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace anview::transport::tcp {
+
+inline constexpr std::uint32_t handshake_magic = 0x57564E41;  // "ANVW" in little endian
+inline constexpr std::uint16_t protocol_version = 1;
+
+enum class HandshakeKind : std::uint16_t { hello = 1, ack = 2, reject = 3 };
+
+enum class RejectReason : std::uint32_t {
+  none = 0,
+  version = 1,      // different protocol version
+  job = 2,          // different job id: a process of another job
+  rank = 3,         // rank out of range, or a rank that does not connect to us
+  world_size = 4,   // different world size
+  streams = 5,      // different ANVIEW_TCP_STREAMS
+  duplicate = 6,    // this (rank, stream) is already connected
+  closing = 7,      // this rank is shutting down
+};
+
+struct Handshake {
+  std::uint32_t magic = handshake_magic;
+  std::uint16_t version = protocol_version;
+  HandshakeKind kind = HandshakeKind::hello;
+  std::uint64_t job_id = 0;
+  std::uint32_t rank = 0;        // the sender's rank
+  std::uint32_t world_size = 0;
+  std::uint16_t stream = 0;      // index of this connection among the peer pair's streams
+  std::uint16_t stream_count = 0;
+  RejectReason reason = RejectReason::none;
+};
+static_assert(sizeof(Handshake) == 32, "Handshake is a wire format");
+
+const char* to_string(RejectReason reason);
+
+// What we expect of a hello from a peer of this job.
+struct HandshakeExpectation {
+  std::uint64_t job_id;
+  std::uint32_t world_size;
+  std::uint32_t my_rank;
+  std::uint16_t stream_count;
+};
+
+// Validates a hello received on the listening port. Returns the reason to reject it, or none,
+// and puts a human-readable explanation in `why`. A wrong magic is not answered at all (it is
+// not one of ours): `foreign` is set and the caller just drops the connection.
+RejectReason check_hello(const Handshake& hello, const HandshakeExpectation& expected,
+                         bool* foreign, std::string* why);
+
+// Explains a reject received in answer to our hello, for the Error raised to the user.
+std::string explain_reject(const Handshake& reply, int peer);
+
+}  // namespace anview::transport::tcp

@@ -1,0 +1,79 @@
+// The TCP transport: one listening socket per rank, `ANVIEW_TCP_STREAMS` connections per peer
+// pair (the lower rank connects), a versioned handshake, and frames over non-blocking sockets
+// driven by the progress engine's epoll. Matching frames travel on stream 0 so they keep their
+// order; bulk data frames go to the stream with the least queued bytes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/tcp/connection.hpp"
+#include "transport/transport.hpp"
+
+namespace anview::transport::tcp {
+
+class TcpTransport final : public Transport, private base::FdHandler {
+ public:
+  explicit TcpTransport(const TransportContext& context);
+  ~TcpTransport() override;
+
+  std::string_view name() const override { return "tcp"; }
+  Capabilities capabilities() const override;
+  void describe_self(PeerInfo& self) const override;
+  bool can_reach(const PeerInfo& peer, std::string* why) const override;
+  void connect(const std::vector<PeerInfo>& peers) override;
+  bool ready() const override;
+  std::string pending_connections() const override;
+  void post_send(int peer, const FrameHeader& header, const void* payload, Ordering ordering,
+                 SendDone done) override;
+  void resume(int peer) override;
+  void fail_peer(int peer, const Error& error) override;
+  void shutdown(base::Deadline deadline) override;
+  std::string describe_peer(int peer) const override;
+
+  // --- called by Connection ---
+  void on_hello(Connection& conn, const Handshake& hello);
+  void on_ack(Connection& conn, const Handshake& reply);
+  Landing deliver_frame(Connection& conn, const FrameHeader& header);
+  void deliver_frame_done(Connection& conn, const FrameHeader& header, void* data);
+  void on_connection_error(Connection& conn, const Error& error);
+  void on_connection_eof(Connection& conn);
+  void want_resume(Connection& conn);
+  base::ProgressEngine& engine() { return *context_.engine; }
+  ErrorContext error_context(int peer, const std::string& operation) const;
+
+ private:
+  struct PeerLink {
+    bool served = false;  // this transport serves the peer
+    std::string address;  // "ip:port" we connect to or were connected from
+    std::vector<std::unique_ptr<Connection>> streams;
+    int established = 0;
+    int eof_streams = 0;
+    bool goodbye = false;  // the peer said it is leaving
+    bool failed = false;
+  };
+
+  void on_fd_events(std::uint32_t events) override;  // the listening socket
+  void accept_pending();
+  bool poll_housekeeping();
+  void fail_link(int peer, const Error& error);
+  void retire(std::unique_ptr<Connection> conn);
+  Connection& pick_stream(PeerLink& link, Ordering ordering);
+  std::string pick_address(const PeerInfo& peer, std::string* why) const;
+
+  TransportContext context_;
+  int stream_count_;
+  base::Fd listener_;
+  std::uint16_t port_ = 0;
+  std::vector<std::string> published_;  // our addresses, "ip:port"
+  std::vector<PeerLink> peers_;
+  std::vector<std::unique_ptr<Connection>> accepting_;  // waiting for a hello
+  std::vector<base::Deadline> accepting_deadlines_;
+  std::vector<std::unique_ptr<Connection>> retired_;  // closed; freed on the next poll
+  std::vector<Connection*> resume_wanted_;
+  bool closing_ = false;
+  std::vector<char> discard_;  // landing for frames that arrive while closing
+};
+
+}  // namespace anview::transport::tcp

@@ -1,0 +1,108 @@
+// The transport contract (see ../shared/ARCHITECTURE.md, "Contracts").
+//
+// A transport moves frames (transport/frame.hpp) between this rank and its peers. It never
+// blocks: post_send queues and returns, connections are set up by the progress engine. Incoming
+// frames are handed to the FrameSink (the p2p layer) in two steps, so a payload can land
+// straight in its final buffer: on_frame() says where the payload goes, on_frame_done() says it
+// is there.
+//
+// Threading: every method is called with the owner's lock held, from one thread at a time;
+// sink callbacks run inside ProgressEngine::poll() (or inside post_send for in-process
+// transports) under that same lock.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "anview/error.hpp"
+#include "base/clock.hpp"
+#include "base/progress_engine.hpp"
+#include "transport/frame.hpp"
+
+namespace anview::transport {
+
+// What a peer published at bootstrap.
+struct PeerInfo {
+  int rank = -1;
+  std::string host_id;                    // same host id: same machine
+  std::vector<std::string> tcp_addresses; // "ip:port", in the peer's preference order
+};
+
+struct Capabilities {
+  bool zero_copy_receive = false;  // payloads land in the posted buffer without a bounce copy
+  bool one_sided = false;          // native put/get on registered memory
+  int streams = 1;                 // parallel connections used per peer
+  double latency_us = 0;           // small-message one-way estimate, for the tuner
+  double bandwidth_gbs = 0;        // large-message estimate, for the tuner
+};
+
+// Frames that must keep their order relative to each other (matching frames) go `ordered`;
+// bulk data frames that carry their own offset may take any stream.
+enum class Ordering { ordered, any_stream };
+
+// Where the payload of an incoming frame goes.
+struct Landing {
+  void* data = nullptr;  // payload_bytes of room; may be null when payload_bytes is 0
+  bool defer = false;    // no room now: stop reading from this peer until resume(peer)
+};
+
+class FrameSink {
+ public:
+  virtual ~FrameSink() = default;
+  virtual Landing on_frame(int peer, const FrameHeader& header) = 0;
+  virtual void on_frame_done(int peer, const FrameHeader& header, void* data) = 0;
+  // The link to `peer` failed (peer_lost, link or protocol Error). Called once per peer; after
+  // it, sends to that peer complete at once with the same error.
+  virtual void on_peer_failed(int peer, const Error& error) = 0;
+};
+
+// Called once per posted frame: null when the frame (and its payload) was handed over, so the
+// buffer may be reused; else why it could not be.
+using SendDone = std::function<void(const Error* error)>;
+
+struct TransportContext {
+  int rank = 0;
+  int world_size = 1;
+  std::uint64_t job_id = 0;
+  std::string host_id;                   // this host's id (bootstrap::host_id())
+  std::chrono::milliseconds timeout{0};  // deadline of connection setup steps
+  base::ProgressEngine* engine = nullptr;
+  FrameSink* sink = nullptr;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual Capabilities capabilities() const = 0;
+  // Published for every peer through the store (merged into PeerInfo).
+  virtual void describe_self(PeerInfo& self) const = 0;
+  // True when this transport can carry traffic to `peer`; `why` says why not.
+  virtual bool can_reach(const PeerInfo& peer, std::string* why) const = 0;
+  // Starts connecting to `peers` (all served by this transport) and returns at once; progress
+  // completes the connections. ready() tells when every one is up.
+  virtual void connect(const std::vector<PeerInfo>& peers) = 0;
+  virtual bool ready() const = 0;
+  // For error messages while not ready: which peers are still missing.
+  virtual std::string pending_connections() const = 0;
+
+  virtual void post_send(int peer, const FrameHeader& header, const void* payload,
+                         Ordering ordering, SendDone done) = 0;
+  // Reading from `peer` may go on after a deferred Landing.
+  virtual void resume(int peer) = 0;
+  // Closes the link to `peer` with `error` (the upper layer cannot go on with it).
+  virtual void fail_peer(int peer, const Error& error) = 0;
+  // Flushes queued sends (up to the deadline), tells peers this rank is leaving, closes.
+  virtual void shutdown(base::Deadline deadline) = 0;
+  // "127.0.0.1:4242 <-> 127.0.0.1:4711, 4 streams".
+  virtual std::string describe_peer(int peer) const = 0;
+};
+
+}  // namespace anview::transport

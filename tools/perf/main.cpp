@@ -1,0 +1,250 @@
+// anview-perf: point-to-point benchmarks between rank 0 and rank 1 (other ranks idle).
+//
+//   pingpong  one-way latency = round trip / 2, per iteration; p50 / p99 / avg over iterations
+//   bw        streaming bandwidth with a window of outstanding sends (like ucx_perftest tag_bw):
+//             rank 0 posts `window` isends, rank 1 the matching irecvs, then a 0-byte ack
+//
+// Run under a launcher: anview-run -n 2 anview-perf pingpong -b 8 -e 16M --json
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "anview/anview.hpp"
+#include "base/config.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string op;
+  std::string min_size = "8";
+  std::string max_size = "16M";
+  double factor = 4;
+  long iters = 0;   // 0: automatic from the size
+  long warmup = -1; // -1: automatic
+  int window = 0;   // 0: automatic
+  bool check = false;
+  bool json = false;
+};
+
+struct Result {
+  std::size_t bytes = 0;
+  long iters = 0;
+  double p50 = 0, p99 = 0, avg = 0;  // microseconds
+  double gbs = 0;
+  long wrong = 0;
+};
+
+constexpr anview::Tag data_tag{1};
+constexpr anview::Tag sync_tag{2};
+
+long auto_iters(std::size_t bytes, const Options& o) {
+  if (o.iters > 0) return o.iters;
+  const double budget = 2e9;  // bytes moved per size
+  return std::clamp<long>(static_cast<long>(budget / static_cast<double>(std::max<std::size_t>(bytes, 1024))),
+                          20, 20000);
+}
+
+// The payload pattern of iteration `i`; the receiver checks it with --check.
+void fill(std::vector<unsigned char>& buf, std::size_t bytes, long i) {
+  for (std::size_t k = 0; k < bytes; ++k)
+    buf[k] = static_cast<unsigned char>((k * 131 + static_cast<std::size_t>(i) * 7 + 1) & 0xff);
+}
+
+bool verify(const std::vector<unsigned char>& buf, std::size_t bytes, long i) {
+  for (std::size_t k = 0; k < bytes; ++k)
+    if (buf[k] != static_cast<unsigned char>((k * 131 + static_cast<std::size_t>(i) * 7 + 1) & 0xff))
+      return false;
+  return true;
+}
+
+void sync(anview::Communicator& comm) {
+  char dummy = 0;
+  if (comm.rank() == 0) {
+    comm.send(&dummy, 0, 1, sync_tag);
+    comm.recv(&dummy, 0, 1, sync_tag);
+  } else {
+    comm.recv(&dummy, 0, 0, sync_tag);
+    comm.send(&dummy, 0, 0, sync_tag);
+  }
+}
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  const auto k = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
+  return v[k];
+}
+
+Result pingpong(anview::Communicator& comm, std::size_t bytes, const Options& o) {
+  const long iters = auto_iters(bytes, o);
+  const long warmup = o.warmup >= 0 ? o.warmup : std::min<long>(iters / 10 + 2, 1000);
+  std::vector<unsigned char> sbuf(std::max<std::size_t>(bytes, 1)), rbuf(sbuf.size());
+  const int peer = 1 - comm.rank();
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(iters));
+  Result r{.bytes = bytes, .iters = iters};
+  sync(comm);
+  for (long i = -warmup; i < iters; ++i) {
+    if (o.check) fill(sbuf, bytes, i);
+    const auto t0 = Clock::now();
+    if (comm.rank() == 0) {
+      comm.send(sbuf.data(), bytes, peer, data_tag);
+      comm.recv(rbuf.data(), rbuf.size(), peer, data_tag);
+    } else {
+      comm.recv(rbuf.data(), rbuf.size(), peer, data_tag);
+      if (o.check && !verify(rbuf, bytes, i)) ++r.wrong;
+      comm.send(o.check ? rbuf.data() : sbuf.data(), bytes, peer, data_tag);
+    }
+    const auto t1 = Clock::now();
+    if (comm.rank() == 0 && o.check && !verify(rbuf, bytes, i)) ++r.wrong;
+    if (i >= 0) samples.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+  }
+  double sum = 0;
+  for (double s : samples) sum += s;
+  r.avg = sum / static_cast<double>(samples.size());
+  r.p50 = percentile(samples, 0.5);
+  r.p99 = percentile(samples, 0.99);
+  r.gbs = static_cast<double>(bytes) / (r.avg * 1e3);
+  return r;
+}
+
+Result bandwidth(anview::Communicator& comm, std::size_t bytes, const Options& o) {
+  const int window = o.window > 0 ? o.window
+                                  : static_cast<int>(std::clamp<std::size_t>(
+                                        (256u << 20) / std::max<std::size_t>(bytes, 1), 2, 64));
+  long iters = auto_iters(bytes, o);
+  iters = std::max<long>(window, iters / window * window);
+  const long warmup = o.warmup >= 0 ? o.warmup : window;
+  std::vector<std::vector<unsigned char>> bufs(static_cast<std::size_t>(window),
+                                               std::vector<unsigned char>(std::max<std::size_t>(bytes, 1)));
+  const int peer = 1 - comm.rank();
+  Result r{.bytes = bytes, .iters = iters};
+  std::vector<double> per_window;
+  sync(comm);
+  auto run_window = [&](long first) {
+    std::vector<anview::Request> reqs;
+    reqs.reserve(static_cast<std::size_t>(window));
+    for (int w = 0; w < window; ++w) {
+      auto& buf = bufs[static_cast<std::size_t>(w)];
+      if (comm.rank() == 0) {
+        if (o.check) fill(buf, bytes, first + w);
+        reqs.push_back(comm.isend(buf.data(), bytes, peer, data_tag));
+      } else {
+        reqs.push_back(comm.irecv(buf.data(), buf.size(), peer, data_tag));
+      }
+    }
+    for (auto& q : reqs) q.wait();
+    if (comm.rank() == 1 && o.check)
+      for (int w = 0; w < window; ++w)
+        if (!verify(bufs[static_cast<std::size_t>(w)], bytes, first + w)) ++r.wrong;
+    char ack = 0;
+    if (comm.rank() == 1) comm.send(&ack, 0, peer, sync_tag);
+    else comm.recv(&ack, 0, peer, sync_tag);
+  };
+  for (long i = 0; i < warmup; i += window) run_window(i);
+  const auto t0 = Clock::now();
+  for (long i = 0; i < iters; i += window) {
+    const auto w0 = Clock::now();
+    run_window(i);
+    per_window.push_back(std::chrono::duration<double, std::micro>(Clock::now() - w0).count() / window);
+  }
+  const double total_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  r.avg = total_us / static_cast<double>(iters);
+  r.p50 = percentile(per_window, 0.5);
+  r.p99 = percentile(per_window, 0.99);
+  r.gbs = static_cast<double>(bytes) * static_cast<double>(iters) / (total_us * 1e3);
+  return r;
+}
+
+std::string human(std::size_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  std::size_t v = bytes;
+  while (u < 3 && v >= 1024 && v % 1024 == 0) {
+    v /= 1024;
+    ++u;
+  }
+  return std::to_string(v) + " " + units[u];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"anview-perf: point-to-point latency and bandwidth between rank 0 and rank 1"};
+  app.add_option("op", o.op, "pingpong or bw")->required()->check(CLI::IsMember({"pingpong", "bw"}));
+  app.add_option("-b,--min-bytes", o.min_size, "smallest message (K/M/G suffixes)");
+  app.add_option("-e,--max-bytes", o.max_size, "largest message (K/M/G suffixes)");
+  app.add_option("-f,--factor", o.factor, "size step factor")->check(CLI::PositiveNumber);
+  app.add_option("-n,--iters", o.iters, "iterations per size (default: automatic)");
+  app.add_option("-w,--warmup", o.warmup, "warm-up iterations per size (default: automatic)");
+  app.add_option("--window", o.window, "bw: outstanding sends (default: automatic)");
+  app.add_flag("--check", o.check, "fill and verify every payload");
+  app.add_flag("--json", o.json, "rank 0 prints one JSON object per size");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const auto min_bytes = static_cast<std::size_t>(anview::base::parse_size(o.min_size, "-b"));
+    const auto max_bytes = static_cast<std::size_t>(anview::base::parse_size(o.max_size, "-e"));
+    if (o.factor <= 1.0) throw std::runtime_error("-f must be > 1");
+    auto comm = anview::Communicator::from_env();
+    if (comm.size() < 2) {
+      std::cerr << "anview-perf: needs at least 2 ranks (e.g. anview-run -n 2 anview-perf "
+                << o.op << ")\n";
+      return 2;
+    }
+    long total_wrong = 0;
+    if (comm.rank() <= 1) {
+      const std::string transport = comm.transport_name(1 - comm.rank());
+      if (comm.rank() == 0 && !o.json) {
+        std::printf("# anview-perf %s, ranks 0<->1 over %s (%s)\n", o.op.c_str(), transport.c_str(),
+                    comm.describe_peer(1).c_str());
+        std::printf("%12s %10s %12s %12s %12s %10s %8s\n", "bytes", "iters", "lat_us_p50",
+                    "lat_us_p99", "lat_us_avg", "GB/s", "wrong");
+      }
+      for (std::size_t bytes = min_bytes; bytes <= max_bytes;) {
+        Result r = o.op == "pingpong" ? pingpong(comm, bytes, o) : bandwidth(comm, bytes, o);
+        // The receiver counts bad payloads; rank 0 reports them.
+        long wrong = r.wrong;
+        if (comm.rank() == 1) comm.send(&wrong, sizeof wrong, 0, sync_tag);
+        else {
+          long remote = 0;
+          comm.recv(&remote, sizeof remote, 1, sync_tag);
+          wrong += remote;
+        }
+        total_wrong += wrong;
+        if (comm.rank() == 0) {
+          if (o.json) {
+            nlohmann::json j{{"op", o.op},          {"bytes", bytes},      {"transport", transport},
+                             {"iters", r.iters},    {"lat_us_p50", r.p50}, {"lat_us_p99", r.p99},
+                             {"lat_us_avg", r.avg}, {"bw_gbs", r.gbs},     {"wrong", wrong},
+                             {"check", o.check}};
+            std::printf("%s\n", j.dump().c_str());
+          } else {
+            std::printf("%12s %10ld %12.2f %12.2f %12.2f %10.3f %8ld\n", human(bytes).c_str(), r.iters,
+                        r.p50, r.p99, r.avg, r.gbs, wrong);
+          }
+          std::fflush(stdout);
+        }
+        const auto next = static_cast<std::size_t>(static_cast<double>(bytes) * o.factor);
+        bytes = bytes == 0 ? 1 : std::max(next, bytes + 1);
+      }
+    }
+    return total_wrong == 0 ? 0 : 1;
+  } catch (const anview::Error& e) {
+    std::cerr << "anview-perf: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "anview-perf: " << e.what() << "\n";
+    return 2;
+  }
+}
