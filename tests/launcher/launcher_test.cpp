@@ -1,0 +1,353 @@
+// Runs the built anview-run (ANVIEW_RUN_PATH) on small /bin/sh jobs and checks what it does:
+// the ranks' environment, output forwarding, exit codes, and how it stops a job.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// anview-run started with its stdout and stderr on pipes that the test reads.
+class Launcher {
+ public:
+  struct Result {
+    int exit_code = -1;  // -signal when anview-run itself was killed by one
+    std::string out;
+    std::string err;
+    double seconds = 0;  // from start to exit
+  };
+
+  explicit Launcher(const std::vector<std::string>& args,
+                    const std::map<std::string, std::string>& env = {}) {
+    int out[2];
+    int err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) std::abort();
+    start_ = Clock::now();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
+      for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+      std::vector<char*> argv{const_cast<char*>(ANVIEW_RUN_PATH)};
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(ANVIEW_RUN_PATH, argv.data());
+      ::_exit(99);
+    }
+    ::close(out[1]);
+    ::close(err[1]);
+    fds_[0] = out[0];
+    fds_[1] = err[0];
+    for (const int fd : fds_) ::fcntl(fd, F_SETFL, O_NONBLOCK);
+  }
+  Launcher(const Launcher&) = delete;
+  Launcher& operator=(const Launcher&) = delete;
+  ~Launcher() {
+    if (!exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    for (const int fd : fds_) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // Reads until stdout holds `count` lines; false if that takes longer than `limit`.
+  bool wait_for_stdout_lines(std::size_t count,
+                             std::chrono::seconds limit = std::chrono::seconds(10)) {
+    const auto deadline = Clock::now() + limit;
+    while (lines_of(result_.out).size() < count) {
+      if (Clock::now() > deadline || (fds_[0] < 0 && fds_[1] < 0)) return false;
+      pump(50);
+    }
+    return true;
+  }
+
+  // Reads all output and waits for anview-run to exit (kills it after `limit`). Output that
+  // leftover processes might write after the exit is not waited for beyond a moment.
+  Result finish(std::chrono::seconds limit = std::chrono::seconds(20)) {
+    const auto deadline = Clock::now() + limit;
+    Clock::time_point exited_at{};
+    while (true) {
+      pump(20);
+      if (!exited_) {
+        int status = 0;
+        if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+          exited_ = true;
+          exited_at = Clock::now();
+          result_.seconds = seconds_since(start_);
+          result_.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        } else if (Clock::now() > deadline) {
+          ADD_FAILURE() << "anview-run did not exit within " << limit.count() << " s";
+          ::kill(pid_, SIGKILL);
+        }
+      }
+      const bool drained = fds_[0] < 0 && fds_[1] < 0;
+      if (exited_ && (drained || Clock::now() - exited_at > std::chrono::seconds(1))) break;
+    }
+    return result_;
+  }
+
+ private:
+  void pump(int timeout_ms) {
+    std::vector<pollfd> polled;
+    for (const int fd : fds_) {
+      if (fd >= 0) polled.push_back({.fd = fd, .events = POLLIN, .revents = 0});
+    }
+    if (polled.empty()) {
+      ::usleep(static_cast<useconds_t>(timeout_ms) * 1000);
+      return;
+    }
+    ::poll(polled.data(), polled.size(), timeout_ms);
+    for (int i = 0; i < 2; ++i) {
+      if (fds_[i] < 0) continue;
+      std::string& sink = i == 0 ? result_.out : result_.err;
+      char buffer[65536];
+      ssize_t n;
+      while ((n = ::read(fds_[i], buffer, sizeof(buffer))) > 0)
+        sink.append(buffer, static_cast<std::size_t>(n));
+      if (n == 0) {
+        ::close(fds_[i]);
+        fds_[i] = -1;
+      }
+    }
+  }
+
+  pid_t pid_ = -1;
+  int fds_[2] = {-1, -1};
+  bool exited_ = false;
+  Clock::time_point start_;
+  Result result_;
+};
+
+Launcher::Result run(const std::vector<std::string>& args,
+                     const std::map<std::string, std::string>& env = {}) {
+  Launcher launcher(args, env);
+  return launcher.finish();
+}
+
+bool process_gone(pid_t pid) {
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+TEST(Launcher, EveryRankGetsItsOwnEnvironment) {
+  // A stale ANVIEW_RANK in the launcher's environment must not leak into the ranks.
+  const std::string script =
+      "echo \"$ANVIEW_RANK $ANVIEW_WORLD_SIZE $ANVIEW_LOCAL_RANK $ANVIEW_LOCAL_WORLD_SIZE "
+      "$ANVIEW_ROOT\"";
+  const auto r = run({"-n", "4", "/bin/sh", "-c", script}, {{"ANVIEW_RANK", "77"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 4u) << r.out;
+  std::set<int> ranks;
+  std::set<std::string> roots;
+  const std::regex pattern(R"((\d+) 4 (\d+) 4 (127\.0\.0\.1:(\d+)))");
+  for (const std::string& line : lines) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, pattern)) << line;
+    EXPECT_EQ(m[1], m[2]) << "local rank differs from rank on one host: " << line;
+    ranks.insert(std::stoi(m[1]));
+    roots.insert(m[3]);
+    const int port = std::stoi(m[4]);
+    EXPECT_GT(port, 0);
+    EXPECT_LT(port, 65536);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(roots.size(), 1u) << "all ranks must share one root";
+}
+
+TEST(Launcher, NpIsAnAliasOfN) {
+  const auto r = run({"-np", "2", "/bin/sh", "-c", "echo $ANVIEW_RANK/$ANVIEW_WORLD_SIZE"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto lines = lines_of(r.out);
+  EXPECT_EQ(std::set<std::string>(lines.begin(), lines.end()),
+            (std::set<std::string>{"0/2", "1/2"}));
+}
+
+TEST(Launcher, ArgumentsAfterProgramAreNotParsed) {
+  const auto r = run({"-n", "1", "--", "/bin/sh", "-c", "printf '%s|' \"$@\"", "sh", "-n", "5",
+                      "--timeout", "x", "-np"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "-n|5|--timeout|x|-np|");
+}
+
+TEST(Launcher, PassesOutputThroughWithoutTagOutput) {
+  const auto r =
+      run({"-n", "2", "/bin/sh", "-c", "echo out$ANVIEW_RANK; echo err$ANVIEW_RANK >&2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto out = lines_of(r.out);
+  const auto err = lines_of(r.err);
+  EXPECT_EQ(std::set<std::string>(out.begin(), out.end()), (std::set<std::string>{"out0", "out1"}));
+  EXPECT_EQ(std::set<std::string>(err.begin(), err.end()), (std::set<std::string>{"err0", "err1"}));
+}
+
+TEST(Launcher, TagOutputPrefixesWholeLinesOnTheirOwnStream) {
+  // 300 lines of ~500 bytes per rank: more than a pipe holds, so lines cross read boundaries
+  // while three ranks write at once. The last line has no newline.
+  const std::string script =
+      "x=$(printf '%0500d' 0); i=0; "
+      "while [ $i -lt 300 ]; do echo \"$ANVIEW_RANK-$i-$x\"; i=$((i+1)); done; "
+      "echo \"error from $ANVIEW_RANK\" >&2; printf \"last of $ANVIEW_RANK\"";
+  const auto r = run({"-n", "3", "--tag-output", "/bin/sh", "-c", script});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_FALSE(r.out.empty());
+  EXPECT_EQ(r.out.back(), '\n') << "the unterminated last line is flushed with a newline";
+
+  const std::regex numbered(R"(\[(\d)\] (\d)-(\d+)-0{500})");
+  std::map<int, int> next_index;
+  std::set<std::string> last_lines;
+  for (const std::string& line : lines_of(r.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, numbered)) {
+      EXPECT_EQ(m[1], m[2]) << "line of rank " << m[2] << " tagged as " << m[1];
+      const int rank = std::stoi(m[2]);
+      EXPECT_EQ(std::stoi(m[3]), next_index[rank]++) << "lines of rank " << rank << " out of order";
+    } else {
+      last_lines.insert(line);
+    }
+  }
+  EXPECT_EQ(next_index, (std::map<int, int>{{0, 300}, {1, 300}, {2, 300}}));
+  EXPECT_EQ(last_lines, (std::set<std::string>{"[0] last of 0", "[1] last of 1", "[2] last of 2"}));
+
+  const auto err = lines_of(r.err);
+  EXPECT_EQ(std::set<std::string>(err.begin(), err.end()),
+            (std::set<std::string>{"[0] error from 0", "[1] error from 1", "[2] error from 2"}));
+}
+
+TEST(Launcher, ExitCodeIsTheFailingRanks) {
+  const auto r = run({"-n", "3", "/bin/sh", "-c", "[ \"$ANVIEW_RANK\" = 1 ] && exit 3; exit 0"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.err.find("anview-run: rank 1 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with code 3"), std::string::npos) << r.err;
+}
+
+TEST(Launcher, KilledRankStopsTheOthersAfterTheGracePeriod) {
+  const auto r = run({"-n", "3", "--grace", "1", "/bin/sh", "-c",
+                      "[ \"$ANVIEW_RANK\" = 2 ] && kill -KILL $$; sleep 30"});
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  EXPECT_NE(r.err.find("rank 2 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("was killed by signal 9 (SIGKILL)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ranks 0-1 still running 1 s after rank 2 failed; sending SIGTERM"),
+            std::string::npos)
+      << r.err;
+  EXPECT_GE(r.seconds, 0.9) << "the others were not given their grace period";
+  EXPECT_LT(r.seconds, 6.0);
+}
+
+TEST(Launcher, RanksFailingOnTheirOwnDuringTheGracePeriodAreReported) {
+  const auto r = run({"-n", "2", "--grace", "5", "/bin/sh", "-c",
+                      "[ \"$ANVIEW_RANK\" = 0 ] && exit 4; sleep 0.3; exit 5"});
+  EXPECT_EQ(r.exit_code, 4) << "the first failure decides the exit code";
+  EXPECT_NE(r.err.find("rank 0 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1 (pid "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with code 5"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("waiting up to 5 s for rank 1 to exit before sending SIGTERM"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("; sending SIGTERM"), std::string::npos)
+      << "nobody needed stopping: " << r.err;
+  EXPECT_LT(r.seconds, 3.0);
+}
+
+TEST(Launcher, RankIgnoringSigtermGetsSigkill) {
+  // sleep inherits the ignored SIGTERM, so only SIGKILL (2 s after SIGTERM) ends rank 1.
+  const auto r = run({"-n", "2", "--grace", "0.5", "/bin/sh", "-c",
+                      "[ \"$ANVIEW_RANK\" = 0 ] && exit 1; trap '' TERM; sleep 30"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("sending SIGTERM"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1 still alive 2 s after SIGTERM; sending SIGKILL"), std::string::npos)
+      << r.err;
+  EXPECT_GE(r.seconds, 2.4);
+  EXPECT_LT(r.seconds, 5.0);
+}
+
+TEST(Launcher, TimeoutStopsTheJobWith124) {
+  const auto r = run({"-n", "2", "--timeout", "1", "/bin/sh", "-c", "sleep 30"});
+  EXPECT_EQ(r.exit_code, 124);
+  EXPECT_NE(r.err.find("--timeout 1 s; ranks 0-1 still running"), std::string::npos) << r.err;
+  EXPECT_GE(r.seconds, 0.9);
+  EXPECT_LT(r.seconds, 4.0);
+}
+
+TEST(Launcher, ProgramNotFoundExits127) {
+  const auto r = run({"-n", "2", "anview-no-such-program", "arg"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_NE(r.err.find("cannot execute 'anview-no-such-program'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("No such file or directory"), std::string::npos) << r.err;
+}
+
+TEST(Launcher, BadCommandLinesAreUsageErrors) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"-n", "0", "true"},
+           {"-n", "-1", "true"},
+           {"true"},                        // no -n
+           {"-n", "2"},                     // no PROGRAM
+           {"-n", "2", "--bogus", "true"},  // unknown option
+           {"-n", "2", "--timeout", "soon", "true"},
+       }) {
+    const auto r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << " ... " << args.back() << ": " << r.err;
+    EXPECT_FALSE(r.err.empty());
+  }
+}
+
+// Each rank prints its shell's pid and that of a background child; the child ignores SIGINT
+// (as background jobs of sh do), so it takes the process group and SIGKILL to stop it.
+TEST(Launcher, SigintStopsEveryRankAndTheirChildren) {
+  Launcher launcher({"-n", "3", "/bin/sh", "-c", "sleep 30 & echo \"$$ $!\"; wait"});
+  ASSERT_TRUE(launcher.wait_for_stdout_lines(3));
+  const auto interrupted = Clock::now();
+  ASSERT_EQ(::kill(launcher.pid(), SIGINT), 0);
+  const auto r = launcher.finish();
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_LT(seconds_since(interrupted), 5.0);
+  EXPECT_NE(r.err.find("received SIGINT; sending it to ranks 0-2"), std::string::npos) << r.err;
+  std::vector<pid_t> pids;
+  for (const std::string& line : lines_of(r.out)) {
+    std::istringstream in(line);
+    pid_t shell = 0;
+    pid_t child = 0;
+    ASSERT_TRUE(in >> shell >> child) << line;
+    pids.push_back(shell);
+    pids.push_back(child);
+  }
+  ASSERT_EQ(pids.size(), 6u);
+  for (const pid_t pid : pids) EXPECT_TRUE(process_gone(pid)) << "pid " << pid << " survived";
+}
+
+TEST(Launcher, SigtermStopsTheJobWith143) {
+  Launcher launcher({"-n", "2", "/bin/sh", "-c", "echo ready; sleep 30"});
+  ASSERT_TRUE(launcher.wait_for_stdout_lines(2));
+  ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
+  const auto r = launcher.finish();
+  EXPECT_EQ(r.exit_code, 143) << r.err;
+  EXPECT_LT(r.seconds, 5.0);
+}
+
+}  // namespace
