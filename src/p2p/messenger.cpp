@@ -87,11 +87,10 @@ void Messenger::connect(const std::vector<transport::PeerInfo>& peers) {
   for (;;) {
     {
       Lock lock(mu_);
-      for (const auto& ps : peers_)
-        if (ps.failure) throw ps.failure->for_operation("connect", std::nullopt);
       bool ready = true;
       std::string pending;
       for (const auto& t : transports_) {
+        if (auto failure = t->setup_failure()) throw failure->for_operation("connect", std::nullopt);
         if (t->ready()) continue;
         ready = false;
         pending += t->pending_connections();

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,7 +90,10 @@ class Transport {
   // Starts connecting to `peers` (all served by this transport) and returns at once; progress
   // completes the connections. ready() tells when every one is up.
   virtual void connect(const std::vector<PeerInfo>& peers) = 0;
+  // True when every link came up (a link that came up and closed since counts as up) or failed
+  // while coming up; setup_failure() then tells the first such failure.
   virtual bool ready() const = 0;
+  virtual std::optional<Error> setup_failure() const = 0;
   // For error messages while not ready: which peers are still missing.
   virtual std::string pending_connections() const = 0;
 

@@ -18,6 +18,7 @@ class SelfTransport final : public Transport {
   bool can_reach(const PeerInfo& peer, std::string* why) const override;
   void connect(const std::vector<PeerInfo>&) override {}
   bool ready() const override { return true; }
+  std::optional<Error> setup_failure() const override { return std::nullopt; }
   std::string pending_connections() const override { return {}; }
   void post_send(int peer, const FrameHeader& header, const void* payload, Ordering ordering,
                  SendDone done) override;

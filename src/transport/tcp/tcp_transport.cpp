@@ -128,15 +128,25 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
 
 bool TcpTransport::ready() const {
   for (const auto& link : peers_)
-    if (link.served && !link.failed && link.established < stream_count_) return false;
+    if (link.served && !link.failed && !link.was_up) return false;
   return true;
+}
+
+std::optional<Error> TcpTransport::setup_failure() const {
+  for (const auto& link : peers_)
+    if (link.setup_error) return link.setup_error;
+  return std::nullopt;
+}
+
+void TcpTransport::count_established(PeerLink& link) {
+  if (++link.established == stream_count_) link.was_up = true;
 }
 
 std::string TcpTransport::pending_connections() const {
   std::string text;
   for (std::size_t r = 0; r < peers_.size(); ++r) {
     const PeerLink& link = peers_[r];
-    if (!link.served || link.failed || link.established == stream_count_) continue;
+    if (!link.served || link.failed || link.was_up) continue;
     if (!text.empty()) text += ", ";
     text += "rank " + std::to_string(r) + " (" + std::to_string(link.established) + "/" +
             std::to_string(stream_count_) + " streams, " +
@@ -235,7 +245,7 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
   link->address = from;
   owned->set_established(static_cast<int>(hello.rank), hello.stream);
   link->streams[hello.stream] = std::move(owned);
-  ++link->established;
+  count_established(*link);
 }
 
 void TcpTransport::on_ack(Connection& conn, const Handshake& reply) {
@@ -261,7 +271,7 @@ void TcpTransport::on_ack(Connection& conn, const Handshake& reply) {
     return;
   }
   conn.set_established(peer, conn.stream());
-  ++peers_[static_cast<std::size_t>(peer)].established;
+  count_established(peers_[static_cast<std::size_t>(peer)]);
 }
 
 Landing TcpTransport::deliver_frame(Connection& conn, const FrameHeader& header) {
@@ -336,6 +346,7 @@ void TcpTransport::fail_link(int peer, const Error& error) {
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
   if (link.failed) return;
   link.failed = true;
+  if (!link.was_up) link.setup_error = error;
   if (link.goodbye || closing_) {
     base::log(base::LogLevel::debug, "tcp: link to rank ", peer, " closed: ", error.cause());
   } else {
@@ -424,7 +435,7 @@ void TcpTransport::shutdown(base::Deadline deadline) {
     for (auto& conn : link.streams) {
       if (!conn || conn->state() != Connection::State::established) continue;
       conn->queue_send(goodbye, nullptr, nullptr);
-      conn->half_close();
+      if (conn) conn->half_close();  // a failed write retires the whole link
     }
   }
   // Drive the engine until every peer has seen our goodbye and closed its side too (closing

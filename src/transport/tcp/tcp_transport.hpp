@@ -24,6 +24,7 @@ class TcpTransport final : public Transport, private base::FdHandler {
   bool can_reach(const PeerInfo& peer, std::string* why) const override;
   void connect(const std::vector<PeerInfo>& peers) override;
   bool ready() const override;
+  std::optional<Error> setup_failure() const override;
   std::string pending_connections() const override;
   void post_send(int peer, const FrameHeader& header, const void* payload, Ordering ordering,
                  SendDone done) override;
@@ -52,7 +53,10 @@ class TcpTransport final : public Transport, private base::FdHandler {
     int eof_streams = 0;
     bool goodbye = false;  // the peer said it is leaving
     bool failed = false;
+    bool was_up = false;                // every stream was established once
+    std::optional<Error> setup_error;   // failed before it was up
   };
+  void count_established(PeerLink& link);
 
   void on_fd_events(std::uint32_t events) override;  // the listening socket
   void accept_pending();

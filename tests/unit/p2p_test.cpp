@@ -1,0 +1,356 @@
+// Point-to-point semantics, thread-per-rank over real TCP sockets on loopback.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <coroutine>
+#include <cstdlib>
+#include <set>
+
+#include "support/thread_ranks.hpp"
+
+namespace anview {
+namespace {
+
+using anview::testing::make_payload;
+using anview::testing::payload_ok;
+using anview::testing::run_ranks;
+using namespace std::chrono_literals;
+
+class P2p : public ::testing::TestWithParam<int> {};
+
+TEST_P(P2p, RingExchangeOfEverySizeClass) {
+  const std::vector<std::size_t> sizes = {0, 1, 7, 4096, 65535, 65536, 65537, (1u << 20) + 3,
+                                          9u << 20};
+  run_ranks(GetParam(), [&](Communicator& comm) {
+    const int next = (comm.rank() + 1) % comm.size();
+    const int prev = (comm.rank() + comm.size() - 1) % comm.size();
+    for (std::size_t m = 0; m < sizes.size(); ++m) {
+      const auto out = make_payload(comm.rank(), m, sizes[m]);
+      std::vector<unsigned char> in(sizes[m] + 16);
+      Request r = comm.irecv(in.data(), in.size(), prev, Tag{m});
+      comm.send(out.data(), out.size(), next, Tag{m});
+      const Status s = r.wait();
+      EXPECT_EQ(s.source, prev);
+      EXPECT_EQ(s.tag, Tag{m});
+      EXPECT_EQ(s.bytes, sizes[m]);
+      EXPECT_TRUE(payload_ok(in.data(), prev, m, sizes[m])) << "size " << sizes[m];
+    }
+  });
+}
+
+TEST_P(P2p, MessagesArrivingBeforeTheirReceiveAreBuffered) {
+  run_ranks(GetParam(), [&](Communicator& comm) {
+    const std::vector<std::size_t> sizes = {0, 100, 65536, 200000, 3u << 20};
+    if (comm.rank() != 0) {
+      std::vector<Request> sends;
+      std::vector<std::vector<unsigned char>> bufs;
+      for (std::size_t m = 0; m < sizes.size(); ++m) bufs.push_back(make_payload(comm.rank(), m, sizes[m]));
+      for (std::size_t m = 0; m < sizes.size(); ++m)
+        sends.push_back(comm.isend(bufs[m].data(), sizes[m], 0, Tag{m}));
+      for (auto& s : sends) s.wait();
+      return;
+    }
+    std::this_thread::sleep_for(100ms);  // let everything arrive unexpected
+    for (int src = 1; src < comm.size(); ++src) {
+      for (std::size_t m = sizes.size(); m-- > 0;) {  // reverse tag order: matching by tag
+        std::vector<unsigned char> in(sizes[m]);
+        const Status s = comm.recv(in.data(), in.size(), src, Tag{m});
+        EXPECT_EQ(s.bytes, sizes[m]);
+        EXPECT_TRUE(payload_ok(in.data(), src, m, sizes[m]));
+      }
+    }
+  });
+}
+
+TEST_P(P2p, AnySourceAnyTagReportSenderTagAndSize) {
+  run_ranks(GetParam(), [&](Communicator& comm) {
+    if (comm.rank() != 0) {
+      const auto out = make_payload(comm.rank(), 0, 1000u * static_cast<std::size_t>(comm.rank()));
+      comm.send(out.data(), out.size(), 0, Tag{100u + static_cast<unsigned>(comm.rank())});
+      return;
+    }
+    std::set<int> seen;
+    std::vector<unsigned char> in(1u << 20);
+    for (int i = 1; i < comm.size(); ++i) {
+      const Status s = comm.recv(in.data(), in.size(), any_source, any_tag);
+      EXPECT_EQ(to_underlying(s.tag), 100u + static_cast<unsigned>(s.source));
+      EXPECT_EQ(s.bytes, 1000u * static_cast<std::size_t>(s.source));
+      EXPECT_TRUE(payload_ok(in.data(), s.source, 0, s.bytes));
+      seen.insert(s.source);
+    }
+    EXPECT_EQ(seen.size(), static_cast<std::size_t>(comm.size() - 1));
+  });
+}
+
+TEST_P(P2p, SameTagMessagesArriveInSendOrderAcrossProtocols) {
+  run_ranks(GetParam(), [&](Communicator& comm) {
+    constexpr int count = 300;
+    auto size_of = [](int i) -> std::size_t { return i % 7 == 0 ? 100000 + i : static_cast<std::size_t>(i * 13); };
+    if (comm.rank() == 0) {
+      std::vector<std::vector<unsigned char>> bufs;
+      std::vector<Request> reqs;
+      for (int i = 0; i < count; ++i) bufs.push_back(make_payload(0, static_cast<std::uint64_t>(i), size_of(i)));
+      for (int i = 0; i < count; ++i) reqs.push_back(comm.isend(bufs[static_cast<std::size_t>(i)].data(), size_of(i), 1, Tag{5}));
+      for (auto& r : reqs) r.wait();
+    } else if (comm.rank() == 1) {
+      std::vector<unsigned char> in(200000);
+      for (int i = 0; i < count; ++i) {
+        const Status s = comm.recv(in.data(), in.size(), 0, Tag{5});
+        ASSERT_EQ(s.bytes, size_of(i)) << "message " << i << " out of order";
+        ASSERT_TRUE(payload_ok(in.data(), 0, static_cast<std::uint64_t>(i), s.bytes));
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, P2p, ::testing::Values(2, 3, 4));
+
+TEST(P2pSemantics, TenThousandOutstandingRequests) {
+  run_ranks(2, [](Communicator& comm) {
+    constexpr int count = 10000;
+    std::vector<std::uint64_t> values(count);
+    std::vector<Request> reqs;
+    reqs.reserve(count);
+    const int peer = 1 - comm.rank();
+    if (comm.rank() == 0) {
+      for (int i = 0; i < count; ++i) values[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i) * 3;
+      for (int i = 0; i < count; ++i) reqs.push_back(comm.isend(&values[static_cast<std::size_t>(i)], 8, peer, Tag{1}));
+    } else {
+      for (int i = 0; i < count; ++i) reqs.push_back(comm.irecv(&values[static_cast<std::size_t>(i)], 8, peer, Tag{1}));
+    }
+    for (auto& r : reqs) r.wait();
+    if (comm.rank() == 1) {
+      for (int i = 0; i < count; ++i)
+        ASSERT_EQ(values[static_cast<std::size_t>(i)], static_cast<std::uint64_t>(i) * 3);
+    }
+  });
+}
+
+TEST(P2pSemantics, TooSmallReceiveBufferIsAnErrorAndTrafficGoesOn) {
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<unsigned char> big(300000, 7), small(10);
+    if (comm.rank() == 0) {
+      comm.send(big.data(), 100, 1, Tag{1});  // eager, receiver too small
+      try {
+        comm.send(big.data(), big.size(), 1, Tag{2});  // rendezvous, receiver too small
+        ADD_FAILURE() << "rendezvous send into a too-small buffer succeeded";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::usage);
+        EXPECT_NE(std::string(e.what()).find("300000"), std::string::npos) << e.what();
+      }
+      comm.send(big.data(), 5, 1, Tag{3});
+    } else {
+      for (int tag : {1, 2}) {
+        try {
+          comm.recv(small.data(), small.size(), 0, Tag{static_cast<std::uint64_t>(tag)});
+          ADD_FAILURE() << "truncated receive succeeded";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::usage);
+          EXPECT_EQ(e.peer(), 0);
+          EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
+        }
+      }
+      const Status s = comm.recv(small.data(), small.size(), 0, Tag{3});
+      EXPECT_EQ(s.bytes, 5u);
+    }
+  });
+}
+
+TEST(P2pSemantics, WaitTimeoutNamesRankPeerOperationAndTag) {
+  run_ranks(2, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      char buf[8];
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        comm.recv(buf, sizeof buf, 1, Tag{42}, 200ms);
+        ADD_FAILURE() << "receive without a sender completed";
+      } catch (const Error& e) {
+        const auto elapsed = std::chrono::steady_clock::now() - start;
+        EXPECT_EQ(e.kind(), ErrorKind::timeout);
+        EXPECT_EQ(e.rank(), 0);
+        EXPECT_EQ(e.peer(), 1);
+        EXPECT_EQ(e.operation(), "recv");
+        EXPECT_EQ(e.context().tag, 42u);
+        EXPECT_GE(elapsed, 200ms);
+        EXPECT_LT(elapsed, 2s);
+      }
+      // The timed-out receive was cancelled: the next message goes to the next receive.
+      comm.send(buf, 1, 1, Tag{1});
+      const Status s = comm.recv(buf, sizeof buf, 1, Tag{42});
+      EXPECT_EQ(s.bytes, 3u);
+    } else {
+      char buf[8] = {};
+      comm.recv(buf, sizeof buf, 0, Tag{1});
+      comm.send(buf, 3, 0, Tag{42});
+    }
+  });
+}
+
+TEST(P2pSemantics, RequestWaitTimeoutLeavesTheRequestPending) {
+  run_ranks(2, [](Communicator& comm) {
+    int value = 0;
+    if (comm.rank() == 0) {
+      Request r = comm.irecv(&value, sizeof value, 1, Tag{9});
+      EXPECT_THROW(r.wait(50ms), Error);
+      EXPECT_FALSE(r.done());
+      comm.send(&value, 0, 1, Tag{8});  // now tell rank 1 to send
+      r.wait();
+      EXPECT_EQ(value, 1234);
+    } else {
+      comm.recv(&value, 0, 0, Tag{8});
+      value = 1234;
+      comm.send(&value, sizeof value, 0, Tag{9});
+    }
+  });
+}
+
+TEST(P2pSemantics, CallbackRunsOnceWithTheStatus) {
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<unsigned char> buf(100000, 1);
+    if (comm.rank() == 0) {
+      comm.send(buf.data(), buf.size(), 1, Tag{3});
+      return;
+    }
+    std::atomic<int> calls{0};
+    std::size_t bytes = 0;
+    Request r = comm.irecv(buf.data(), buf.size(), 0, Tag{3});
+    r.on_complete([&](const Status& s, const Error* e) {
+      EXPECT_EQ(e, nullptr);
+      bytes = s.bytes;
+      ++calls;
+    });
+    r.wait();
+    EXPECT_EQ(calls.load(), 1);
+    EXPECT_EQ(bytes, buf.size());
+    // On a completed request the callback runs at once.
+    r.on_complete([&](const Status&, const Error*) { ++calls; });
+    EXPECT_EQ(calls.load(), 2);
+  });
+}
+
+// A minimal coroutine type for the co_await test.
+struct Task {
+  struct promise_type {
+    Task get_return_object() { return Task{std::coroutine_handle<promise_type>::from_promise(*this)}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+    void return_void() {}
+    void unhandled_exception() { error = std::current_exception(); }
+    std::exception_ptr error;
+  };
+  std::coroutine_handle<promise_type> handle;
+  ~Task() { if (handle) handle.destroy(); }
+  bool done() const { return handle.done(); }
+};
+
+Task echo_twice(Communicator& comm, std::vector<int>& log) {
+  int value = 0;
+  for (int i = 0; i < 2; ++i) {
+    const Status s = co_await comm.irecv(&value, sizeof value, 1, Tag{7});
+    log.push_back(value + static_cast<int>(s.bytes));
+    co_await comm.isend(&value, sizeof value, 1, Tag{8});
+  }
+}
+
+TEST(P2pSemantics, CoAwaitResumesWithTheStatus) {
+  run_ranks(2, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      std::vector<int> log;
+      Task task = echo_twice(comm, log);
+      const auto deadline = std::chrono::steady_clock::now() + 10s;
+      while (!task.done() && std::chrono::steady_clock::now() < deadline) comm.progress();
+      ASSERT_TRUE(task.done());
+      if (task.handle.promise().error) std::rethrow_exception(task.handle.promise().error);
+      EXPECT_EQ(log, (std::vector<int>{10 + 4, 20 + 4}));
+    } else {
+      for (int v : {10, 20}) {
+        comm.send(&v, sizeof v, 0, Tag{7});
+        int back = 0;
+        comm.recv(&back, sizeof back, 0, Tag{8});
+        EXPECT_EQ(back, v);
+      }
+    }
+  });
+}
+
+TEST(P2pSemantics, SendToSelf) {
+  run_ranks(2, [](Communicator& comm) {
+    for (std::size_t bytes : {0ul, 10ul, 1ul << 20}) {
+      const auto out = make_payload(comm.rank(), bytes, bytes);
+      std::vector<unsigned char> in(bytes);
+      Request s = comm.isend(out.data(), bytes, comm.rank(), Tag{1});
+      const Status st = comm.recv(in.data(), in.size(), comm.rank(), Tag{1});
+      s.wait();
+      EXPECT_EQ(st.source, comm.rank());
+      EXPECT_TRUE(payload_ok(in.data(), comm.rank(), bytes, bytes));
+    }
+    EXPECT_EQ(comm.transport_name(comm.rank()), "self");
+  });
+}
+
+TEST(P2pSemantics, BadArgumentsAreUsageErrors) {
+  run_ranks(2, [](Communicator& comm) {
+    char c = 0;
+    auto expect_usage = [](auto&& f) {
+      try {
+        f();
+        ADD_FAILURE() << "no error";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::usage) << e.what();
+      }
+    };
+    expect_usage([&] { comm.isend(&c, 1, 2, Tag{0}); });
+    expect_usage([&] { comm.isend(&c, 1, -1, Tag{0}); });
+    expect_usage([&] { comm.isend(&c, 1, 0, Tag{reserved_tags}); });
+    expect_usage([&] { comm.irecv(nullptr, 4, 0, Tag{0}); });
+    expect_usage([&] { comm.irecv(&c, 1, 5, Tag{0}); });
+  });
+}
+
+TEST(P2pSemantics, SenderIsBackPressuredNotDropped) {
+  ::setenv("ANVIEW_UNEXPECTED_BYTES", "256K", 1);
+  run_ranks(2, [](Communicator& comm) {
+    constexpr int count = 100;
+    constexpr std::size_t bytes = 60000;  // eager
+    if (comm.rank() == 0) {
+      std::vector<std::vector<unsigned char>> bufs;
+      std::vector<Request> reqs;
+      for (int i = 0; i < count; ++i) bufs.push_back(make_payload(0, static_cast<std::uint64_t>(i), bytes));
+      for (int i = 0; i < count; ++i) reqs.push_back(comm.isend(bufs[static_cast<std::size_t>(i)].data(), bytes, 1, Tag{1}));
+      for (auto& r : reqs) r.wait();
+    } else {
+      std::this_thread::sleep_for(300ms);
+      std::vector<unsigned char> in(bytes);
+      for (int i = 0; i < count; ++i) {
+        comm.recv(in.data(), in.size(), 0, Tag{1});
+        ASSERT_TRUE(payload_ok(in.data(), 0, static_cast<std::uint64_t>(i), bytes)) << i;
+      }
+    }
+  });
+  ::unsetenv("ANVIEW_UNEXPECTED_BYTES");
+}
+
+TEST(P2pSemantics, PeerThatClosesFailsPendingReceivesWithPeerLost) {
+  run_ranks(2, [](Communicator& comm) {
+    if (comm.rank() == 1) {
+      int v = 5;
+      comm.send(&v, sizeof v, 0, Tag{1});
+      return;  // closes its communicator
+    }
+    int v = 0;
+    comm.recv(&v, sizeof v, 1, Tag{1});  // sent before the close: still delivered
+    EXPECT_EQ(v, 5);
+    try {
+      comm.recv(&v, sizeof v, 1, Tag{2}, 5s);
+      ADD_FAILURE() << "receive from a closed peer succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::peer_lost) << e.what();
+      EXPECT_EQ(e.peer(), 1);
+      EXPECT_NE(std::string(e.what()).find("closed its communicator"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(comm.send(&v, sizeof v, 1, Tag{3}), Error);
+  });
+}
+
+}  // namespace
+}  // namespace anview
