@@ -15,7 +15,8 @@ namespace {
 
 const base::Setting streams_setting(
     "tcp", "ANVIEW_TCP_STREAMS", "2",
-    "TCP connections per peer pair; large messages are striped over all of them (1-64)");
+    "TCP connections per peer pair (1-64); stream 0 carries matching frames, large messages "
+    "are striped over the others");
 const base::Setting port_setting("tcp", "ANVIEW_TCP_PORT", "0",
                                  "TCP port the data listener binds (0: any free port)");
 const base::Setting sockbuf_setting(
@@ -406,9 +407,12 @@ bool TcpTransport::poll_housekeeping() {
 
 Connection& TcpTransport::pick_stream(PeerLink& link, Ordering ordering) {
   if (ordering == Ordering::ordered || stream_count_ == 1) return *link.streams[0];
-  Connection* best = link.streams[0].get();
-  for (auto& conn : link.streams)
-    if (conn->queued_bytes() < best->queued_bytes()) best = conn.get();
+  // Bulk data keeps off stream 0 when there are others: matching frames there then never
+  // wait behind megabytes of payload, and a receiver that stops reading stream 0 (its
+  // unexpected-message budget is full) still receives the data of matched messages.
+  Connection* best = link.streams[1].get();
+  for (std::size_t s = 2; s < link.streams.size(); ++s)
+    if (link.streams[s]->queued_bytes() < best->queued_bytes()) best = link.streams[s].get();
   return *best;
 }
 

@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""Point-to-point benchmark of Anview against its peers, measured in one run.
+
+Runs `anview-perf pingpong` (8 B) and `anview-perf bw` (1 MiB, 16 MiB) REPS times, then the
+peers' script (../shared/peers/run_all.sh SECTIONS, same REPS), and prints medians [min-max]
+and the ratio Anview / peer. Usage:
+
+  scripts/bench_p2p.py [--build build] [--reps 3] [--transports tcp] [--sections "net ucx"]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def anview(build, transports, op, args):
+    env = dict(os.environ, ANVIEW_TRANSPORTS=transports)
+    cmd = [f"{build}/bin/anview-run", "-n", "2", "--timeout", "300",
+           f"{build}/bin/anview-perf", op, "--json"] + args
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def peers(sections, reps):
+    work = tempfile.mkdtemp(prefix="anview-peers-")
+    env = dict(os.environ, REPS=str(reps), PEERS_WORK=work)
+    script = os.path.join(ROOT, "..", "shared", "peers", "run_all.sh")
+    subprocess.run([script] + sections.split(), env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    results = {}
+    for name in os.listdir(os.path.join(work, "out")):
+        if not name.startswith("results_"):
+            continue
+        for line in open(os.path.join(work, "out", name)):
+            if "|" not in line:
+                continue
+            series, rest = line.strip().split("|", 1)
+            tokens = rest.split()
+            fields = dict(t.split("=", 1) for t in tokens[1:] if "=" in t)
+            key = (series, tokens[0], fields.get("bytes", ""))
+            results.setdefault(key, []).append(fields)
+    return results
+
+
+def med(values):
+    return statistics.median(values), min(values), max(values)
+
+
+def fmt(stat):
+    m, lo, hi = stat
+    return f"{m:.3g} [{lo:.3g}-{hi:.3g}]"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--transports", default="tcp")
+    p.add_argument("--sections", default="net ucx")
+    p.add_argument("--peer-series", default="ucx_tcp", help="ucx series to compare with")
+    a = p.parse_args()
+
+    lat, bw1, bw16 = [], [], []
+    for _ in range(a.reps):
+        lat += [r["lat_us_p50"] for r in anview(a.build, a.transports, "pingpong",
+                                                 ["-b", "8", "-e", "8", "-n", "100000"])]
+        for r in anview(a.build, a.transports, "bw", ["-b", "1M", "-e", "16M", "-f", "16"]):
+            (bw1 if r["bytes"] == 1 << 20 else bw16).append(r["bw_gbs"])
+    ref = peers(a.sections, a.reps)
+
+    def peer_stat(series, kind, nbytes, field):
+        rows = ref.get((series, kind, nbytes), [])
+        return med([float(r[field]) for r in rows]) if rows else None
+
+    rows = [
+        ("8 B one-way latency p50 (µs)", med(lat),
+         peer_stat(a.peer_series, "tag_lat", "8", "lat_p50_us"), f"{a.peer_series} tag_lat", True),
+        ("1 MiB streaming bandwidth (GB/s)", med(bw1),
+         peer_stat(a.peer_series, "tag_bw", "1048576", "GBps"), f"{a.peer_series} tag_bw", False),
+        ("16 MiB streaming bandwidth (GB/s)", med(bw16),
+         peer_stat(a.peer_series, "tag_bw", "16777216", "GBps"), f"{a.peer_series} tag_bw", False),
+        ("16 MiB streaming bandwidth vs iperf3 (GB/s)", med(bw16),
+         peer_stat("net", "iperf3", "", "GBps"), "iperf3 1 stream", False),
+    ]
+    print(f"anview ({a.transports}) vs peers, medians [min-max] over {a.reps} runs\n")
+    print("| metric | anview | peer | peer value | ratio anview/peer |")
+    print("|---|---|---|---|---|")
+    for name, mine, theirs, who, lower_better in rows:
+        ratio = f"{mine[0] / theirs[0]:.2f}x" if theirs else "n/a"
+        note = " (lower is better)" if lower_better else ""
+        print(f"| {name} | {fmt(mine)} | {who} | {fmt(theirs) if theirs else 'missing'} | {ratio}{note} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
