@@ -18,15 +18,23 @@ struct Interface {
 // Every address of every interface (getifaddrs).
 std::vector<Interface> list_interfaces();
 
-// The addresses to publish, in preference order. Down and link-local interfaces are skipped;
-// loopback addresses are kept only when `include_loopback`. When `wanted` (ANVIEW_IFACES) is not
-// empty, only interfaces named there are used, in that order, and a name that does not exist
-// on this host raises a usage Error naming it (a name that exists but is down is an error too).
+// The addresses to publish, in preference order, without duplicates. Down and link-local
+// addresses are skipped. When `wanted` is empty: every other address in `interfaces` order,
+// loopback addresses last and only when `include_loopback`. When `wanted` (ANVIEW_IFACES) is
+// not empty, only interfaces named there are used, in that order (a loopback interface named
+// there is used whatever `include_loopback` says), and a name that does not exist on this
+// host raises a usage Error naming it; so does a name that exists but is down or has only
+// link-local addresses.
 std::vector<std::string> select_addresses(const std::vector<Interface>& interfaces,
                                           const std::vector<std::string>& wanted,
                                           bool include_loopback);
 
-// Identifies this host: ANVIEW_HOST_ID if set, else hostname + kernel boot id. Ranks with the
+// The ANVIEW_IFACES setting as a list ("eth0,ib0" -> {"eth0", "ib0"}); empty when unset.
+// A setting of component "bootstrap", declared in interfaces.cpp.
+std::vector<std::string> wanted_interfaces();
+
+// Identifies this host: ANVIEW_HOST_ID if set, else hostname + ":" + kernel boot id
+// (/proc/sys/kernel/random/boot_id; hostname alone where that is unreadable). Ranks with the
 // same host id can reach each other over loopback and shared memory.
 std::string host_id();
 

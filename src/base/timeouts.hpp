@@ -1,0 +1,14 @@
+// Default deadlines: the one setting every blocking call falls back to when its caller gives
+// no timeout (stores, connects, waits).
+#pragma once
+
+#include "base/config.hpp"
+
+namespace anview::base {
+
+// ANVIEW_TIMEOUT: default deadline of every blocking call (default 300 s). Read it with
+// `timeout_setting().as_duration()`; a malformed value raises a usage Error naming it.
+// Do not call during static initialisation of another translation unit.
+const Setting& timeout_setting();
+
+}  // namespace anview::base

@@ -1,0 +1,165 @@
+#include "bootstrap/launch_env.hpp"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "anview/error.hpp"
+
+namespace anview::bootstrap {
+namespace {
+
+struct Launcher {
+  const char* name;
+  const char* rank;
+  const char* world_size;
+  const char* local_rank;
+  bool local_rank_optional;  // defaults to the rank when absent
+  bool root_needs_anview;    // only ANVIEW_ROOT names the root (no MASTER_ADDR fallback)
+};
+
+// In the order they are tried.
+constexpr Launcher launchers[] = {
+    {.name = "anview",
+     .rank = "ANVIEW_RANK",
+     .world_size = "ANVIEW_WORLD_SIZE",
+     .local_rank = "ANVIEW_LOCAL_RANK",
+     .local_rank_optional = true,
+     .root_needs_anview = true},
+    {.name = "torchrun",
+     .rank = "RANK",
+     .world_size = "WORLD_SIZE",
+     .local_rank = "LOCAL_RANK",
+     .local_rank_optional = false,
+     .root_needs_anview = false},
+    {.name = "openmpi",
+     .rank = "OMPI_COMM_WORLD_RANK",
+     .world_size = "OMPI_COMM_WORLD_SIZE",
+     .local_rank = "OMPI_COMM_WORLD_LOCAL_RANK",
+     .local_rank_optional = false,
+     .root_needs_anview = false},
+    {.name = "slurm",
+     .rank = "SLURM_PROCID",
+     .world_size = "SLURM_NTASKS",
+     .local_rank = "SLURM_LOCALID",
+     .local_rank_optional = false,
+     .root_needs_anview = false},
+};
+
+[[noreturn]] void usage(const Launcher& l, const std::string& cause) {
+  throw Error(ErrorKind::usage, {.operation = "bootstrap.detect_launch",
+                                 .cause = cause + " (" + l.name + " launch)"});
+}
+
+std::optional<std::string> lookup(const EnvLookup& getenv, const char* name) {
+  auto v = getenv(name);
+  if (v && v->empty()) return std::nullopt;  // set but empty counts as missing
+  return v;
+}
+
+std::string require(const EnvLookup& getenv, const Launcher& l, const char* name) {
+  auto v = lookup(getenv, name);
+  if (!v) usage(l, std::string(name) + " is not set");
+  return *v;
+}
+
+// Strict: decimal digits with an optional '-', nothing else, within int.
+int parse_int(const Launcher& l, const char* name, const std::string& text) {
+  int value = 0;
+  const char* first = text.data();
+  const char* last = first + text.size();
+  const auto [ptr, ec] = std::from_chars(first, last, value);
+  if (ec == std::errc::result_out_of_range)
+    usage(l, std::string(name) + "='" + text + "' is out of range");
+  if (ec != std::errc() || ptr != last || first == last)
+    usage(l, std::string(name) + "='" + text + "' is not an integer");
+  return value;
+}
+
+// Checks "host:port" / "[v6]:port" without resolving the host.
+void check_host_port(const Launcher& l, const char* name, const std::string& text) {
+  std::string host;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close != std::string::npos && close + 1 < text.size() && text[close + 1] == ':') {
+      host = text.substr(1, close - 1);
+      port = text.substr(close + 2);
+    }
+  } else if (const auto colon = text.rfind(':'); colon != std::string::npos) {
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.find(':') != std::string::npos) host.clear();  // bare IPv6 needs brackets
+  }
+  int p = 0;
+  const auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+  if (host.empty() || port.empty() || ec != std::errc() || ptr != port.data() + port.size() ||
+      p < 1 || p > 65535)
+    usage(l, std::string(name) + "='" + text +
+                 "' is not host:port (\"10.0.0.1:29500\", "
+                 "\"[fe80::1]:29500\")");
+}
+
+std::string find_root(const EnvLookup& getenv, const Launcher& l) {
+  if (auto root = lookup(getenv, "ANVIEW_ROOT")) {
+    check_host_port(l, "ANVIEW_ROOT", *root);
+    return *root;
+  }
+  if (l.root_needs_anview) usage(l, "ANVIEW_ROOT is not set");
+  const auto addr = lookup(getenv, "MASTER_ADDR");
+  const auto port = lookup(getenv, "MASTER_PORT");
+  if (!addr && !port) usage(l, "ANVIEW_ROOT is not set, nor MASTER_ADDR and MASTER_PORT");
+  if (!addr) usage(l, "MASTER_ADDR is not set (MASTER_PORT is)");
+  if (!port) usage(l, "MASTER_PORT is not set (MASTER_ADDR is)");
+  const int p = parse_int(l, "MASTER_PORT", *port);
+  if (p < 1 || p > 65535) usage(l, "MASTER_PORT=" + *port + " is not a port (1..65535)");
+  const bool v6 = addr->find(':') != std::string::npos && addr->front() != '[';
+  return (v6 ? "[" + *addr + "]" : *addr) + ":" + std::to_string(p);
+}
+
+LaunchInfo read_launcher(const EnvLookup& getenv, const Launcher& l, const std::string& rank) {
+  LaunchInfo info;
+  info.launcher = l.name;
+  info.rank = parse_int(l, l.rank, rank);
+  info.world_size = parse_int(l, l.world_size, require(getenv, l, l.world_size));
+  if (info.world_size < 1)
+    usage(l, std::string(l.world_size) + "=" + std::to_string(info.world_size) +
+                 " is not a world size (at least 1)");
+  if (info.rank < 0 || info.rank >= info.world_size)
+    usage(l, std::string(l.rank) + "=" + std::to_string(info.rank) + " is not in [0, " +
+                 l.world_size + "=" + std::to_string(info.world_size) + ")");
+  const auto local = l.local_rank_optional ? lookup(getenv, l.local_rank)
+                                           : std::optional(require(getenv, l, l.local_rank));
+  info.local_rank = local ? parse_int(l, l.local_rank, *local) : info.rank;
+  if (info.local_rank < 0 || info.local_rank >= info.world_size)
+    usage(l, std::string(l.local_rank) + "=" + std::to_string(info.local_rank) + " is not in [0, " +
+                 l.world_size + "=" + std::to_string(info.world_size) + ")");
+  info.root = find_root(getenv, l);
+  return info;
+}
+
+}  // namespace
+
+LaunchInfo detect_launch(const EnvLookup& getenv) {
+  for (const Launcher& l : launchers)
+    if (auto rank = lookup(getenv, l.rank)) return read_launcher(getenv, l, *rank);
+  std::string looked;
+  for (const Launcher& l : launchers) {
+    if (!looked.empty()) looked += ", ";
+    looked += std::string(l.rank) + " (" + l.name + ")";
+  }
+  throw Error(ErrorKind::usage,
+              {.operation = "bootstrap.detect_launch",
+               .cause = "no launcher found: none of " + looked +
+                        " is set; start the ranks with anview-run, torchrun, mpirun or srun, "
+                        "or set ANVIEW_RANK, ANVIEW_WORLD_SIZE and ANVIEW_ROOT"});
+}
+
+LaunchInfo detect_launch() {
+  return detect_launch([](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  });
+}
+
+}  // namespace anview::bootstrap

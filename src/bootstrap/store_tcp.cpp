@@ -1,0 +1,794 @@
+// TCP store: the server (one background thread, epoll over non-blocking sockets) and the
+// client (blocking calls with deadlines). Wire format: store_protocol.hpp and
+// docs/store-protocol.md.
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "anview/error.hpp"
+#include "base/clock.hpp"
+#include "base/log.hpp"
+#include "base/socket.hpp"
+#include "bootstrap/store_impl.hpp"
+#include "bootstrap/store_protocol.hpp"
+
+namespace anview::detail {
+namespace {
+
+namespace proto = bootstrap::store_protocol;
+using base::LogLevel;
+using proto::Op;
+using proto::Status;
+
+// ---------------------------------------------------------------------------------------
+// Server
+// ---------------------------------------------------------------------------------------
+
+// How long a connection that broke the protocol may take to read its error reply and close.
+constexpr auto closing_grace = std::chrono::seconds(1);
+// Input discarded from such a connection before it is closed regardless.
+constexpr std::size_t closing_discard_limit = 1 << 20;
+// Bytes read from one connection per wake-up, so one fast sender cannot starve the others.
+constexpr std::size_t read_budget = 1 << 20;
+constexpr std::size_t read_chunk = 256 << 10;
+// Buffers above this are released once their frame is done.
+constexpr std::size_t keep_buffer_bytes = 1 << 20;
+
+constexpr std::uint64_t listener_token = 0;
+constexpr std::uint64_t wake_token = 1;
+
+// Serves one store from a background thread. Every client connection is non-blocking; a
+// get or wait whose keys are missing parks its connection until a set or add provides them
+// (the client's deadline bounds the wait: it closes the connection when it gives up).
+// Construction and destruction happen on the owner's thread; everything else on the
+// server thread.
+class TcpStoreServer {
+ public:
+  TcpStoreServer(const std::string& host_port, int rank);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  const base::SockAddr& bound() const { return bound_; }
+
+ private:
+  struct Conn {
+    std::uint64_t id = 0;
+    base::Fd fd;
+    std::string peer;
+    std::uint32_t events = 0;  // the epoll interest now registered
+    // The frame being read: header, then header + body.
+    std::vector<std::uint8_t> in;
+    proto::RequestHeader header;
+    bool have_header = false;
+    // The reply being written.
+    std::vector<std::uint8_t> out;
+    std::size_t out_sent = 0;
+    // A get or wait waiting for keys; parked_on is the first key still missing.
+    bool parked = false;
+    Op parked_op{};
+    std::vector<std::string> parked_keys;
+    std::string parked_on;
+    // After a protocol violation: flush the error reply, then discard input until the peer
+    // closes or closing_by passes.
+    bool closing = false;
+    base::Deadline closing_by{};
+    std::size_t discarded = 0;
+  };
+
+  void run() noexcept;
+  void loop();
+  void accept_all();
+  void handle(Conn& c, std::uint32_t events);
+  void read_frames(Conn& c);
+  void process(Conn& c);
+  void execute(Conn& c, proto::Request& request);
+  void reply(Conn& c, Status status, const void* body, std::size_t bytes);
+  void reject(Conn& c, Status status, const std::string& why);
+  bool flush(Conn& c);
+  void discard_input(Conn& c);
+  void park(Conn& c, Op op, std::vector<std::string> keys, const std::string& missing);
+  void resume(Conn& c);
+  void notify(const std::string& key);
+  void update_interest(Conn& c);
+  void drop(Conn& c);
+  int next_closing_timeout();
+  const std::string* missing_key(const std::vector<std::string>& keys) const;
+
+  int rank_;
+  std::string name_;  // "store server on host:port", for logs
+  base::Fd listener_;
+  base::Fd wake_;
+  base::Fd epoll_;
+  base::SockAddr bound_;
+  std::thread thread_;
+
+  // Server thread only.
+  std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> conns_;
+  std::unordered_map<std::string, std::vector<std::uint8_t>> data_;
+  std::unordered_map<std::string, std::vector<std::uint64_t>> waiters_;  // key -> conn ids
+  std::vector<std::uint64_t> closing_;
+  std::uint64_t next_id_ = 2;
+  bool accept_failure_logged_ = false;
+};
+
+TcpStoreServer::TcpStoreServer(const std::string& host_port, int rank) : rank_(rank) {
+  const ErrorContext context{.rank = rank, .peer_address = host_port, .operation = "store.serve"};
+  bound_ = base::SockAddr::parse(host_port, context);
+  listener_ = base::listen_tcp(bound_, 1024, context);
+  bound_ = base::local_address(listener_.get());
+  name_ = "store server on " + bound_.to_string();
+  wake_ = base::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_.valid()) throw base::sys_error(ErrorKind::internal, context, "eventfd()", errno);
+  epoll_ = base::Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_.valid())
+    throw base::sys_error(ErrorKind::internal, context, "epoll_create1()", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = listener_token;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev) != 0)
+    throw base::sys_error(ErrorKind::internal, context, "epoll_ctl()", errno);
+  ev.data.u64 = wake_token;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0)
+    throw base::sys_error(ErrorKind::internal, context, "epoll_ctl()", errno);
+  thread_ = std::thread([this] { run(); });
+  base::log(LogLevel::info, "store server listening on ", bound_.to_string());
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+  base::log(LogLevel::info, name_, " stopped");
+}
+
+void TcpStoreServer::run() noexcept {
+  try {
+    loop();
+  } catch (const std::exception& e) {
+    base::log(LogLevel::error, name_, " stopped serving after an unexpected failure: ", e.what());
+  }
+  conns_.clear();
+}
+
+void TcpStoreServer::loop() {
+  epoll_event events[64];
+  for (;;) {
+    const int n = ::epoll_wait(epoll_.get(), events, 64, next_closing_timeout());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      throw base::sys_error(ErrorKind::internal, {.rank = rank_, .operation = "store.serve"},
+                            "epoll_wait()", errno);
+    for (int i = 0; i < n; ++i) {
+      const std::uint64_t token = events[i].data.u64;
+      if (token == wake_token) return;
+      if (token == listener_token) {
+        accept_all();
+        continue;
+      }
+      // The connection may have been dropped by an earlier event of this batch.
+      const auto it = conns_.find(token);
+      if (it == conns_.end()) continue;
+      try {
+        handle(*it->second, events[i].events);
+      } catch (const std::exception& e) {  // out of memory, most likely: lose one client only
+        const auto again = conns_.find(token);
+        if (again == conns_.end()) continue;
+        base::log(LogLevel::warn, name_, ": dropping connection from ", again->second->peer, ": ",
+                  e.what());
+        drop(*again->second);
+      }
+    }
+    // Connections that broke the protocol and did not close within their grace period.
+    const auto now = base::Clock::now();
+    for (std::size_t i = 0; i < closing_.size();) {
+      const auto it = conns_.find(closing_[i]);
+      if (it == conns_.end()) {
+        closing_[i] = closing_.back();
+        closing_.pop_back();
+      } else if (it->second->closing_by <= now) {
+        drop(*it->second);  // erases it from closing_ too
+      } else {
+        ++i;
+      }
+    }
+  }
+}
+
+int TcpStoreServer::next_closing_timeout() {
+  if (closing_.empty()) return -1;
+  base::Deadline first = base::Deadline::max();
+  for (const std::uint64_t id : closing_) {
+    const auto it = conns_.find(id);
+    if (it != conns_.end()) first = std::min(first, it->second->closing_by);
+  }
+  return first == base::Deadline::max() ? 0 : base::ms_left(first);
+}
+
+void TcpStoreServer::accept_all() {
+  for (;;) {
+    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (!accept_failure_logged_)
+        base::log(LogLevel::warn, name_, ": cannot accept a connection: ", base::errno_text(errno));
+      accept_failure_logged_ = true;
+      // Out of descriptors: give the clients time to close some instead of spinning.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return;
+    }
+    auto conn = std::make_unique<Conn>();
+    conn->id = next_id_++;
+    conn->fd = base::Fd(fd);
+    conn->peer = base::remote_address(fd).to_string();
+    base::set_nodelay(fd);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = conn->id;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      base::log(LogLevel::warn, name_, ": epoll_ctl for ", conn->peer,
+                " failed: ", base::errno_text(errno));
+      continue;
+    }
+    conn->events = EPOLLIN;
+    base::log(LogLevel::debug, name_, ": connection from ", conn->peer);
+    const std::uint64_t id = conn->id;
+    conns_.emplace(id, std::move(conn));
+  }
+}
+
+void TcpStoreServer::handle(Conn& c, std::uint32_t events) {
+  if (events & EPOLLERR) {
+    base::log(LogLevel::debug, name_, ": socket error on connection from ", c.peer);
+    drop(c);
+    return;
+  }
+  if (!c.out.empty() && (events & (EPOLLOUT | EPOLLHUP))) {
+    if (!flush(c)) return;
+  }
+  if (c.closing) {
+    if (c.out.empty() && (events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP))) discard_input(c);
+    return;
+  }
+  if (c.parked) {
+    // The client gave up (its deadline passed) or went away.
+    if (events & (EPOLLRDHUP | EPOLLHUP)) {
+      base::log(LogLevel::debug, name_, ": ", c.peer, " closed while waiting for '", c.parked_on,
+                "'");
+      drop(c);
+    }
+    return;
+  }
+  if (c.out.empty() && (events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP))) read_frames(c);
+}
+
+void TcpStoreServer::read_frames(Conn& c) {
+  std::size_t budget = read_budget;
+  while (!c.parked && c.out.empty() && !c.closing && budget > 0) {
+    const std::size_t need =
+        proto::request_header_bytes + (c.have_header ? c.header.body_bytes : 0);
+    const std::size_t have = c.in.size();
+    const std::size_t want = std::min({need - have, read_chunk, budget});
+    c.in.resize(have + want);
+    const ssize_t n = ::recv(c.fd.get(), c.in.data() + have, want, MSG_DONTWAIT);
+    if (n < 0) {
+      const int err = errno;
+      c.in.resize(have);
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) break;
+      base::log(LogLevel::debug, name_, ": recv from ", c.peer, ": ", base::errno_text(err));
+      drop(c);
+      return;
+    }
+    c.in.resize(have + static_cast<std::size_t>(n));
+    if (n == 0) {
+      if (have == 0) {
+        base::log(LogLevel::debug, name_, ": ", c.peer, " closed its connection");
+      } else {
+        base::log(LogLevel::warn, name_, ": dropping connection from ", c.peer,
+                  ": truncated frame, the peer closed after ", have, " of ",
+                  c.have_header ? need : proto::request_header_bytes,
+                  c.have_header ? " bytes" : " header bytes");
+      }
+      drop(c);
+      return;
+    }
+    budget -= static_cast<std::size_t>(n);
+    if (c.in.size() < need) continue;
+    if (!c.have_header) {
+      c.header = proto::decode_request_header(c.in.data());
+      if (c.header.magic != proto::magic) {
+        char text[16];
+        std::snprintf(text, sizeof text, "0x%08x", c.header.magic);
+        base::log(LogLevel::warn, name_, ": dropping connection from ", c.peer,
+                  ": not an Anview store client (magic ", text, ", expected 0x54535641 'AVST')");
+        drop(c);
+        return;
+      }
+      if (c.header.version != proto::version) {
+        reject(c, Status::version_mismatch,
+               "this store speaks protocol version " + std::to_string(proto::version) +
+                   ", the request is version " + std::to_string(c.header.version));
+        return;
+      }
+      if (auto wrong = proto::check_request_header(c.header)) {
+        reject(c, Status::bad_request, *wrong);
+        return;
+      }
+      c.have_header = true;
+      continue;
+    }
+    const std::uint64_t id = c.id;
+    process(c);
+    if (!conns_.contains(id)) return;  // the reply failed and dropped the connection
+  }
+  update_interest(c);
+}
+
+void TcpStoreServer::process(Conn& c) {
+  proto::Request request;
+  if (auto wrong = proto::decode_request_body(c.header, c.in.data() + proto::request_header_bytes,
+                                              request)) {
+    reject(c, Status::bad_request, *wrong);
+    return;
+  }
+  c.have_header = false;
+  execute(c, request);  // may drop c
+}
+
+const std::string* TcpStoreServer::missing_key(const std::vector<std::string>& keys) const {
+  for (const auto& k : keys)
+    if (!data_.contains(k)) return &k;
+  return nullptr;
+}
+
+void TcpStoreServer::execute(Conn& c, proto::Request& request) {
+  // The request's payload points into c.in: use it before c.in is released.
+  const auto release_input = [&c] {
+    if (c.in.capacity() > keep_buffer_bytes) std::vector<std::uint8_t>().swap(c.in);
+    c.in.clear();
+  };
+  const std::string& key = request.keys.front();
+  switch (request.op) {
+    case Op::set: {
+      auto& value = data_[key];
+      value.assign(request.payload.begin(), request.payload.end());
+      release_input();
+      reply(c, Status::ok, nullptr, 0);  // may drop c; `request` stays valid
+      notify(key);
+      return;
+    }
+    case Op::get: {
+      release_input();
+      const auto it = data_.find(key);
+      if (it == data_.end()) {
+        const std::string missing = key;
+        park(c, Op::get, std::move(request.keys), missing);
+      } else {
+        reply(c, Status::ok, it->second.data(), it->second.size());
+      }
+      return;
+    }
+    case Op::add: {
+      const auto delta = static_cast<std::int64_t>(
+          proto::get_u64(reinterpret_cast<const std::uint8_t*>(request.payload.data())));
+      release_input();
+      std::int64_t current = 0;
+      const auto it = data_.find(key);
+      if (it != data_.end() &&
+          !parse_counter(
+              std::string_view(reinterpret_cast<const char*>(it->second.data()), it->second.size()),
+              current)) {
+        const std::string why = "the value of key '" + key + "' is not an integer";
+        reply(c, Status::bad_value, why.data(), why.size());
+        return;
+      }
+      std::int64_t result = 0;
+      if (__builtin_add_overflow(current, delta, &result)) {
+        const std::string why = "adding " + std::to_string(delta) + " to key '" + key + "' (" +
+                                std::to_string(current) + ") overflows int64";
+        reply(c, Status::bad_value, why.data(), why.size());
+        return;
+      }
+      const std::string text = std::to_string(result);
+      data_[key].assign(text.begin(), text.end());
+      std::uint8_t body[8];
+      proto::put_u64(body, static_cast<std::uint64_t>(result));
+      reply(c, Status::ok, body, sizeof body);
+      notify(key);
+      return;
+    }
+    case Op::check: {
+      release_input();
+      const std::uint8_t all = missing_key(request.keys) == nullptr ? 1 : 0;
+      reply(c, Status::ok, &all, 1);
+      return;
+    }
+    case Op::wait: {
+      release_input();
+      if (const std::string* missing = missing_key(request.keys)) {
+        const std::string first = *missing;
+        park(c, Op::wait, std::move(request.keys), first);
+      } else {
+        reply(c, Status::ok, nullptr, 0);
+      }
+      return;
+    }
+  }
+}
+
+void TcpStoreServer::park(Conn& c, Op op, std::vector<std::string> keys,
+                          const std::string& missing) {
+  c.parked = true;
+  c.parked_op = op;
+  c.parked_keys = std::move(keys);
+  c.parked_on = missing;
+  waiters_[missing].push_back(c.id);
+  update_interest(c);
+}
+
+void TcpStoreServer::resume(Conn& c) {
+  if (const std::string* missing = missing_key(c.parked_keys)) {
+    c.parked_on = *missing;
+    waiters_[*missing].push_back(c.id);
+    return;
+  }
+  c.parked = false;
+  c.parked_on.clear();
+  const Op op = c.parked_op;
+  const std::string key = c.parked_keys.front();
+  c.parked_keys.clear();
+  if (op == Op::get) {
+    const auto& value = data_.at(key);
+    reply(c, Status::ok, value.data(), value.size());
+  } else {
+    reply(c, Status::ok, nullptr, 0);
+  }
+}
+
+void TcpStoreServer::notify(const std::string& key) {
+  const auto it = waiters_.find(key);
+  if (it == waiters_.end()) return;
+  const std::vector<std::uint64_t> ids = std::move(it->second);
+  waiters_.erase(it);
+  for (const std::uint64_t id : ids) {
+    const auto c = conns_.find(id);
+    if (c != conns_.end() && c->second->parked && c->second->parked_on == key) resume(*c->second);
+  }
+}
+
+void TcpStoreServer::reply(Conn& c, Status status, const void* body, std::size_t bytes) {
+  proto::ReplyHeader h;
+  h.status = static_cast<std::uint8_t>(status);
+  h.body_bytes = static_cast<std::uint32_t>(bytes);
+  c.out.resize(proto::reply_header_bytes + bytes);
+  proto::encode(h, c.out.data());
+  if (bytes > 0) std::memcpy(c.out.data() + proto::reply_header_bytes, body, bytes);
+  c.out_sent = 0;
+  flush(c);
+}
+
+void TcpStoreServer::reject(Conn& c, Status status, const std::string& why) {
+  // Logged once, here; the connection then only flushes the reply and closes.
+  base::log(LogLevel::warn, name_, ": dropping connection from ", c.peer, ": ", why);
+  c.closing = true;
+  c.closing_by = base::Clock::now() + closing_grace;
+  closing_.push_back(c.id);
+  std::vector<std::uint8_t>().swap(c.in);
+  c.have_header = false;
+  const std::string text = why.substr(0, proto::max_error_text_bytes);
+  reply(c, status, text.data(), text.size());
+}
+
+bool TcpStoreServer::flush(Conn& c) {
+  while (c.out_sent < c.out.size()) {
+    const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_sent, c.out.size() - c.out_sent,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c.out_sent += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      break;
+    } else {
+      base::log(LogLevel::debug, name_, ": send to ", c.peer, ": ", base::errno_text(errno));
+      drop(c);
+      return false;
+    }
+  }
+  if (c.out_sent == c.out.size()) {
+    if (c.out.capacity() > keep_buffer_bytes) std::vector<std::uint8_t>().swap(c.out);
+    c.out.clear();
+    c.out_sent = 0;
+    // The error reply is out: tell the peer we are done, then wait for its close.
+    if (c.closing) ::shutdown(c.fd.get(), SHUT_WR);
+  }
+  update_interest(c);
+  return true;
+}
+
+void TcpStoreServer::discard_input(Conn& c) {
+  char sink[16384];
+  for (;;) {
+    const ssize_t n = ::recv(c.fd.get(), sink, sizeof sink, MSG_DONTWAIT);
+    if (n > 0) {
+      c.discarded += static_cast<std::size_t>(n);
+      if (c.discarded > closing_discard_limit) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    break;  // closed by the peer, or an error
+  }
+  drop(c);
+}
+
+void TcpStoreServer::update_interest(Conn& c) {
+  std::uint32_t want = 0;
+  if (!c.out.empty())
+    want = EPOLLOUT;
+  else if (c.parked)
+    want = EPOLLRDHUP;
+  else
+    want = EPOLLIN;
+  if (want == c.events) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = c.id;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) == 0) c.events = want;
+}
+
+void TcpStoreServer::drop(Conn& c) {
+  if (c.parked) {
+    const auto it = waiters_.find(c.parked_on);
+    if (it != waiters_.end()) {
+      std::erase(it->second, c.id);
+      if (it->second.empty()) waiters_.erase(it);
+    }
+  }
+  if (c.closing) std::erase(closing_, c.id);
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+  conns_.erase(c.id);  // closes the socket; `c` is gone
+}
+
+// ---------------------------------------------------------------------------------------
+// Client
+// ---------------------------------------------------------------------------------------
+
+// Blocking calls on connections to one store. A call takes an idle connection (or opens
+// one), so concurrent calls from several threads never queue behind a waiting get; a
+// single-threaded user holds exactly one connection. A connection whose call failed is
+// closed, never reused: its stream may hold a late reply.
+class TcpStoreClient {
+ public:
+  TcpStoreClient(const base::SockAddr& target, std::string shown, int rank,
+                 std::chrono::milliseconds connect_timeout)
+      : target_(target), shown_(std::move(shown)), rank_(rank) {
+    release(connect(base::deadline_after(connect_timeout), "store.connect", connect_timeout));
+  }
+
+  StoreImpl::Bytes call(Op op, const std::vector<std::string>& keys, const std::uint8_t* payload,
+                        std::size_t payload_bytes, std::chrono::milliseconds timeout);
+
+ private:
+  ErrorContext context(const std::string& operation) const {
+    return {.rank = rank_, .peer_address = shown_, .operation = operation};
+  }
+  base::Fd connect(base::Deadline deadline, const std::string& operation,
+                   std::chrono::milliseconds timeout);
+  base::Fd acquire(base::Deadline deadline, const std::string& operation,
+                   std::chrono::milliseconds timeout);
+  void release(base::Fd fd);
+  [[noreturn]] void fail(ErrorKind kind, const std::string& operation, std::string cause) const {
+    ErrorContext c = context(operation);
+    c.cause = std::move(cause);
+    throw Error(kind, std::move(c));
+  }
+
+  static constexpr std::size_t max_idle = 8;
+
+  const base::SockAddr target_;
+  const std::string shown_;
+  const int rank_;
+  std::mutex mutex_;
+  std::vector<base::Fd> idle_;  // guarded by mutex_
+};
+
+base::Fd TcpStoreClient::connect(base::Deadline deadline, const std::string& operation,
+                                 std::chrono::milliseconds timeout) {
+  try {
+    return base::connect_tcp(target_, deadline, context(operation));
+  } catch (const Error& e) {
+    fail(e.kind(), operation,
+         "cannot connect to the store within " + std::to_string(timeout.count()) +
+             " ms: " + e.cause());
+  }
+}
+
+base::Fd TcpStoreClient::acquire(base::Deadline deadline, const std::string& operation,
+                                 std::chrono::milliseconds timeout) {
+  {
+    const std::lock_guard lock(mutex_);
+    if (!idle_.empty()) {
+      base::Fd fd = std::move(idle_.back());
+      idle_.pop_back();
+      return fd;
+    }
+  }
+  return connect(deadline, operation, timeout);
+}
+
+void TcpStoreClient::release(base::Fd fd) {
+  const std::lock_guard lock(mutex_);
+  if (idle_.size() < max_idle) idle_.push_back(std::move(fd));
+}
+
+StoreImpl::Bytes TcpStoreClient::call(Op op, const std::vector<std::string>& keys,
+                                      const std::uint8_t* payload, std::size_t payload_bytes,
+                                      std::chrono::milliseconds timeout) {
+  const std::string operation = std::string("store.") + proto::to_string(op);
+  const auto deadline = base::deadline_after(timeout);
+  const std::string about = (keys.size() == 1 ? "key " : "keys ") + describe_keys(keys);
+  base::Fd fd = acquire(deadline, operation, timeout);
+  const ErrorContext ctx = context(operation);
+  proto::ReplyHeader h;
+  StoreImpl::Bytes body;
+  try {
+    const auto prefix = proto::encode_request_prefix(op, keys, payload_bytes);
+    base::write_all(fd.get(), prefix.data(), prefix.size(), deadline, ctx);
+    if (payload_bytes > 0) base::write_all(fd.get(), payload, payload_bytes, deadline, ctx);
+    std::uint8_t head[proto::reply_header_bytes];
+    base::read_all(fd.get(), head, sizeof head, deadline, ctx);
+    h = proto::decode_reply_header(head);
+    if (h.magic != proto::magic) {
+      char text[16];
+      std::snprintf(text, sizeof text, "0x%08x", h.magic);
+      fail(ErrorKind::protocol, operation,
+           "the peer does not speak the Anview store protocol (reply magic " + std::string(text) +
+               ") while doing " + proto::to_string(op) + " of " + about);
+    }
+    if (h.version != proto::version ||
+        h.status == static_cast<std::uint8_t>(Status::version_mismatch))
+      fail(ErrorKind::protocol, operation,
+           "store at " + shown_ + " speaks version " + std::to_string(h.version) +
+               ", this process speaks " + std::to_string(proto::version) +
+               " (use the same Anview release on every rank)");
+    if (h.status > static_cast<std::uint8_t>(Status::bad_value))
+      fail(ErrorKind::protocol, operation, "unknown reply status " + std::to_string(h.status));
+    const auto status = static_cast<Status>(h.status);
+    const std::uint32_t limit = proto::max_reply_body(op, status);
+    if (h.body_bytes > limit)
+      fail(ErrorKind::protocol, operation,
+           "reply body of " + std::to_string(h.body_bytes) + " bytes to " + proto::to_string(op) +
+               " of " + about + " exceeds the limit of " + std::to_string(limit));
+    if (status == Status::ok && (op == Op::add || op == Op::check) && h.body_bytes != limit)
+      fail(ErrorKind::protocol, operation,
+           "reply body of " + std::to_string(h.body_bytes) + " bytes to " + proto::to_string(op) +
+               " (expected " + std::to_string(limit) + ")");
+    body.resize(h.body_bytes);
+    if (!body.empty()) base::read_all(fd.get(), body.data(), body.size(), deadline, ctx);
+  } catch (const Error& e) {
+    // `fd` is closed on the way out: after a timeout its stream may still get a late reply.
+    if (e.kind() != ErrorKind::timeout && e.kind() != ErrorKind::link) throw;
+    if (e.kind() == ErrorKind::timeout) {
+      const std::string within = " within " + std::to_string(timeout.count()) + " ms";
+      if (op == Op::get) fail(ErrorKind::timeout, operation, about + " was not set" + within);
+      if (op == Op::wait)
+        fail(ErrorKind::timeout, operation,
+             about + (keys.size() == 1 ? " was not set" : " were not all set") + within);
+      fail(ErrorKind::timeout, operation,
+           "no reply to " + std::string(proto::to_string(op)) + " of " + about + within);
+    }
+    fail(ErrorKind::link, operation,
+         "lost the connection to the store during " + std::string(proto::to_string(op)) + " of " +
+             about + ": " + e.cause());
+  }
+  const auto status = static_cast<Status>(h.status);
+  if (status == Status::bad_value) {
+    release(std::move(fd));
+    fail(ErrorKind::usage, operation, std::string(body.begin(), body.end()));
+  }
+  if (status == Status::bad_request)
+    fail(ErrorKind::protocol, operation,
+         "store at " + shown_ + " rejected " + proto::to_string(op) + " of " + about + ": " +
+             std::string(body.begin(), body.end()));
+  release(std::move(fd));
+  return body;
+}
+
+// ---------------------------------------------------------------------------------------
+// The StoreImpl: a client, plus the server when this process serves the store.
+// ---------------------------------------------------------------------------------------
+
+class TcpStore final : public StoreImpl {
+ public:
+  // Serves at host_port and connects to it.
+  TcpStore(std::unique_ptr<TcpStoreServer> server, const StoreOptions& options)
+      : StoreImpl(options),
+        server_(std::move(server)),
+        shown_(server_->bound().to_string()),
+        client_(std::make_unique<TcpStoreClient>(reachable(server_->bound()), shown_, options.rank,
+                                                 options.timeout)) {}
+  // Connects to a store served elsewhere.
+  TcpStore(const std::string& host_port, const StoreOptions& options)
+      : StoreImpl(options),
+        shown_(host_port),
+        client_(std::make_unique<TcpStoreClient>(
+            base::SockAddr::parse(
+                host_port,
+                {.rank = options.rank, .peer_address = host_port, .operation = "store.connect"}),
+            shown_, options.rank, options.timeout)) {}
+
+  ~TcpStore() override {
+    client_.reset();  // close our connections before the server stops
+    server_.reset();
+  }
+
+  void set(const std::string& key, const std::uint8_t* data, std::size_t size,
+           Timeout timeout) override {
+    client_->call(Op::set, {key}, data, size, timeout);
+  }
+
+  Bytes get(const std::string& key, Timeout timeout) override {
+    return client_->call(Op::get, {key}, nullptr, 0, timeout);
+  }
+
+  std::int64_t add(const std::string& key, std::int64_t delta, Timeout timeout) override {
+    std::uint8_t payload[8];
+    proto::put_u64(payload, static_cast<std::uint64_t>(delta));
+    const Bytes reply = client_->call(Op::add, {key}, payload, sizeof payload, timeout);
+    return static_cast<std::int64_t>(proto::get_u64(reply.data()));
+  }
+
+  bool check(const std::vector<std::string>& keys, Timeout timeout) override {
+    return client_->call(Op::check, keys, nullptr, 0, timeout).at(0) != 0;
+  }
+
+  void wait(const std::vector<std::string>& keys, Timeout timeout) override {
+    client_->call(Op::wait, keys, nullptr, 0, timeout);
+  }
+
+  std::string address() const override { return shown_; }
+
+ private:
+  // Where this process reaches its own server: a wildcard bind is reached over loopback.
+  static base::SockAddr reachable(base::SockAddr addr) {
+    if (addr.family() == AF_INET) {
+      auto* a = reinterpret_cast<sockaddr_in*>(&addr.storage);
+      if (a->sin_addr.s_addr == htonl(INADDR_ANY)) a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    } else if (addr.family() == AF_INET6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&addr.storage);
+      if (IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr)) a->sin6_addr = in6addr_loopback;
+    }
+    return addr;
+  }
+
+  std::unique_ptr<TcpStoreServer> server_;  // null for a client of a remote store
+  std::string shown_;
+  std::unique_ptr<TcpStoreClient> client_;
+};
+
+}  // namespace
+
+std::shared_ptr<StoreImpl> serve_tcp_store(const std::string& host_port,
+                                           const StoreOptions& options) {
+  auto server = std::make_unique<TcpStoreServer>(host_port, options.rank);
+  return std::make_shared<TcpStore>(std::move(server), options);
+}
+
+std::shared_ptr<StoreImpl> connect_tcp_store(const std::string& host_port,
+                                             const StoreOptions& options) {
+  return std::make_shared<TcpStore>(host_port, options);
+}
+
+}  // namespace anview::detail

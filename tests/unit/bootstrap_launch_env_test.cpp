@@ -1,0 +1,214 @@
+// Launcher environment detection, with the environment given as a map.
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "anview/error.hpp"
+#include "bootstrap/launch_env.hpp"
+
+namespace anview::bootstrap {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+LaunchInfo detect(const Env& env) {
+  return detect_launch([&env](const std::string& name) -> std::optional<std::string> {
+    const auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+// Expects a usage Error whose cause mentions every one of `needles`.
+void expect_usage(const Env& env, std::initializer_list<std::string> needles) {
+  try {
+    const LaunchInfo info = detect(env);
+    ADD_FAILURE() << "expected a usage Error, got launcher " << info.launcher;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::usage) << e.what();
+    EXPECT_EQ(e.operation(), "bootstrap.detect_launch");
+    for (const auto& n : needles) EXPECT_NE(e.cause().find(n), std::string::npos) << e.what();
+  }
+}
+
+TEST(LaunchEnv, Anview) {
+  const auto info = detect({{"ANVIEW_RANK", "2"},
+                            {"ANVIEW_WORLD_SIZE", "4"},
+                            {"ANVIEW_LOCAL_RANK", "0"},
+                            {"ANVIEW_ROOT", "10.0.0.1:29500"}});
+  EXPECT_EQ(info.launcher, "anview");
+  EXPECT_EQ(info.rank, 2);
+  EXPECT_EQ(info.world_size, 4);
+  EXPECT_EQ(info.local_rank, 0);
+  EXPECT_EQ(info.root, "10.0.0.1:29500");
+}
+
+TEST(LaunchEnv, AnviewLocalRankDefaultsToRank) {
+  const auto info =
+      detect({{"ANVIEW_RANK", "3"}, {"ANVIEW_WORLD_SIZE", "4"}, {"ANVIEW_ROOT", "[fe80::1]:7"}});
+  EXPECT_EQ(info.local_rank, 3);
+  EXPECT_EQ(info.root, "[fe80::1]:7");
+}
+
+TEST(LaunchEnv, AnviewNeedsItsRoot) {
+  // MASTER_ADDR is torchrun's; an anview launch must name ANVIEW_ROOT.
+  expect_usage({{"ANVIEW_RANK", "0"},
+                {"ANVIEW_WORLD_SIZE", "1"},
+                {"MASTER_ADDR", "h"},
+                {"MASTER_PORT", "1"}},
+               {"ANVIEW_ROOT", "anview"});
+}
+
+TEST(LaunchEnv, Torchrun) {
+  const auto info = detect({{"RANK", "1"},
+                            {"WORLD_SIZE", "8"},
+                            {"LOCAL_RANK", "1"},
+                            {"MASTER_ADDR", "node0"},
+                            {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(info.launcher, "torchrun");
+  EXPECT_EQ(info.rank, 1);
+  EXPECT_EQ(info.world_size, 8);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.root, "node0:29500");
+}
+
+TEST(LaunchEnv, TorchrunIpv6MasterAddrGetsBrackets) {
+  const auto info = detect({{"RANK", "0"},
+                            {"WORLD_SIZE", "1"},
+                            {"LOCAL_RANK", "0"},
+                            {"MASTER_ADDR", "fd00::2"},
+                            {"MASTER_PORT", "1234"}});
+  EXPECT_EQ(info.root, "[fd00::2]:1234");
+}
+
+TEST(LaunchEnv, OpenMpi) {
+  const auto info = detect({{"OMPI_COMM_WORLD_RANK", "5"},
+                            {"OMPI_COMM_WORLD_SIZE", "6"},
+                            {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                            {"MASTER_ADDR", "10.1.1.1"},
+                            {"MASTER_PORT", "4000"}});
+  EXPECT_EQ(info.launcher, "openmpi");
+  EXPECT_EQ(info.rank, 5);
+  EXPECT_EQ(info.world_size, 6);
+  EXPECT_EQ(info.local_rank, 2);
+  EXPECT_EQ(info.root, "10.1.1.1:4000");
+}
+
+TEST(LaunchEnv, Slurm) {
+  const auto info = detect({{"SLURM_PROCID", "7"},
+                            {"SLURM_NTASKS", "16"},
+                            {"SLURM_LOCALID", "3"},
+                            {"ANVIEW_ROOT", "head:29400"}});
+  EXPECT_EQ(info.launcher, "slurm");
+  EXPECT_EQ(info.rank, 7);
+  EXPECT_EQ(info.world_size, 16);
+  EXPECT_EQ(info.local_rank, 3);
+  EXPECT_EQ(info.root, "head:29400");
+}
+
+TEST(LaunchEnv, AnviewRootOverridesMasterAddrForEveryLauncher) {
+  const auto info = detect({{"RANK", "0"},
+                            {"WORLD_SIZE", "2"},
+                            {"LOCAL_RANK", "0"},
+                            {"MASTER_ADDR", "ignored"},
+                            {"MASTER_PORT", "1"},
+                            {"ANVIEW_ROOT", "chosen:2"}});
+  EXPECT_EQ(info.root, "chosen:2");
+  const auto mpi = detect({{"OMPI_COMM_WORLD_RANK", "0"},
+                           {"OMPI_COMM_WORLD_SIZE", "1"},
+                           {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                           {"MASTER_ADDR", "ignored"},
+                           {"MASTER_PORT", "1"},
+                           {"ANVIEW_ROOT", "chosen:3"}});
+  EXPECT_EQ(mpi.root, "chosen:3");
+}
+
+TEST(LaunchEnv, OrderOfLaunchers) {
+  // torchrun under slurm: torchrun's variables win; anview's win over everything.
+  Env env{{"RANK", "1"},         {"WORLD_SIZE", "2"},   {"LOCAL_RANK", "1"},
+          {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_LOCALID", "0"},
+          {"ANVIEW_ROOT", "h:1"}};
+  EXPECT_EQ(detect(env).launcher, "torchrun");
+  env["ANVIEW_RANK"] = "0";
+  env["ANVIEW_WORLD_SIZE"] = "1";
+  EXPECT_EQ(detect(env).launcher, "anview");
+}
+
+TEST(LaunchEnv, MissingVariablesAreNamed) {
+  expect_usage({{"RANK", "0"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}},
+               {"WORLD_SIZE", "torchrun"});
+  expect_usage({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}},
+               {"LOCAL_RANK"});
+  expect_usage({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "h"}},
+               {"MASTER_PORT"});
+  expect_usage({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"MASTER_PORT", "1"}},
+               {"MASTER_ADDR"});
+  expect_usage({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_LOCALID", "0"}},
+               {"ANVIEW_ROOT", "MASTER_ADDR", "slurm"});
+  expect_usage({{"OMPI_COMM_WORLD_RANK", "0"}, {"ANVIEW_ROOT", "h:1"}},
+               {"OMPI_COMM_WORLD_SIZE", "openmpi"});
+  expect_usage({{"ANVIEW_RANK", "0"}, {"ANVIEW_ROOT", "h:1"}}, {"ANVIEW_WORLD_SIZE"});
+}
+
+TEST(LaunchEnv, NoLauncherListsWhatWasLookedFor) {
+  expect_usage({{"PATH", "/bin"}}, {"ANVIEW_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"});
+}
+
+TEST(LaunchEnv, MalformedNumbersAreNamedWithTheirValue) {
+  const Env good{{"ANVIEW_RANK", "0"}, {"ANVIEW_WORLD_SIZE", "2"}, {"ANVIEW_ROOT", "h:1"}};
+  for (const char* bad : {"abc", "1x", " 1", "1 ", "+1", "0x1", "1.0", "99999999999"}) {
+    SCOPED_TRACE(bad);
+    Env env = good;
+    env["ANVIEW_RANK"] = bad;
+    expect_usage(env, {"ANVIEW_RANK", std::string("'") + bad + "'"});
+    env = good;
+    env["ANVIEW_WORLD_SIZE"] = bad;
+    expect_usage(env, {"ANVIEW_WORLD_SIZE", bad});
+    env = good;
+    env["ANVIEW_LOCAL_RANK"] = bad;
+    expect_usage(env, {"ANVIEW_LOCAL_RANK", bad});
+  }
+  expect_usage({{"RANK", "0"},
+                {"WORLD_SIZE", "1"},
+                {"LOCAL_RANK", "0"},
+                {"MASTER_ADDR", "h"},
+                {"MASTER_PORT", "http"}},
+               {"MASTER_PORT", "http"});
+  expect_usage({{"RANK", "0"},
+                {"WORLD_SIZE", "1"},
+                {"LOCAL_RANK", "0"},
+                {"MASTER_ADDR", "h"},
+                {"MASTER_PORT", "70000"}},
+               {"MASTER_PORT", "70000"});
+  for (const char* root : {"nohostport", "h:", ":1", "h:0", "h:x", "fe80::1:5", "[fe80::1]"}) {
+    SCOPED_TRACE(root);
+    Env env = good;
+    env["ANVIEW_ROOT"] = root;
+    expect_usage(env, {"ANVIEW_ROOT", root});
+  }
+}
+
+TEST(LaunchEnv, RankMustBeBelowWorldSize) {
+  expect_usage({{"ANVIEW_RANK", "4"}, {"ANVIEW_WORLD_SIZE", "4"}, {"ANVIEW_ROOT", "h:1"}},
+               {"ANVIEW_RANK=4", "ANVIEW_WORLD_SIZE=4"});
+  expect_usage({{"SLURM_PROCID", "-1"},
+                {"SLURM_NTASKS", "4"},
+                {"SLURM_LOCALID", "0"},
+                {"ANVIEW_ROOT", "h:1"}},
+               {"SLURM_PROCID=-1"});
+  expect_usage({{"RANK", "0"},
+                {"WORLD_SIZE", "0"},
+                {"LOCAL_RANK", "0"},
+                {"MASTER_ADDR", "h"},
+                {"MASTER_PORT", "1"}},
+               {"WORLD_SIZE=0"});
+  expect_usage({{"ANVIEW_RANK", "0"},
+                {"ANVIEW_WORLD_SIZE", "2"},
+                {"ANVIEW_LOCAL_RANK", "2"},
+                {"ANVIEW_ROOT", "h:1"}},
+               {"ANVIEW_LOCAL_RANK=2"});
+}
+
+}  // namespace
+}  // namespace anview::bootstrap
