@@ -1,0 +1,121 @@
+// base/: error messages, settings parsing, the progress engine.
+#include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "anview/error.hpp"
+#include "base/config.hpp"
+#include "base/progress_engine.hpp"
+
+namespace anview::base {
+namespace {
+
+TEST(Error, MessageNamesKindRankPeerOperationTagAndCause) {
+  const Error e(ErrorKind::peer_lost, {.rank = 2, .peer = 5, .peer_address = "10.0.0.5:4000",
+                                       .operation = "recv", .tag = 9, .cause = "gone"});
+  EXPECT_STREQ(e.what(),
+               "anview peer_lost error on rank 2 with peer 5 (10.0.0.5:4000) in recv tag=9: gone");
+  EXPECT_EQ(e.kind(), ErrorKind::peer_lost);
+  EXPECT_EQ(e.rank(), 2);
+  EXPECT_EQ(e.peer(), 5);
+}
+
+TEST(Error, ForOperationKeepsTheRootCause) {
+  const Error root(ErrorKind::peer_lost, {.rank = 0, .peer = 1, .operation = "transfer",
+                                          .cause = "connection closed"});
+  const Error later = root.for_operation("send", 7);
+  EXPECT_EQ(later.kind(), ErrorKind::peer_lost);
+  EXPECT_EQ(later.operation(), "send");
+  EXPECT_EQ(later.context().tag, 7u);
+  EXPECT_NE(std::string(later.what()).find("earlier failure in transfer: connection closed"),
+            std::string::npos)
+      << later.what();
+}
+
+TEST(Config, SizesAcceptSuffixes) {
+  EXPECT_EQ(parse_size("0", "X"), 0);
+  EXPECT_EQ(parse_size("64K", "X"), 65536);
+  EXPECT_EQ(parse_size("3M", "X"), 3 << 20);
+  EXPECT_EQ(parse_size("2GiB", "X"), 2LL << 30);
+  EXPECT_EQ(parse_size("16m", "X"), 16 << 20);
+}
+
+TEST(Config, MalformedValuesAreUsageErrorsNamingTheVariable) {
+  for (const char* bad : {"", "abc", "-1", "12Q", "4KK", "99999999999999999999"}) {
+    try {
+      parse_size(bad, "ANVIEW_SOMETHING");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::usage);
+      EXPECT_NE(std::string(e.what()).find("ANVIEW_SOMETHING"), std::string::npos);
+    }
+  }
+}
+
+TEST(Config, Durations) {
+  using namespace std::chrono_literals;
+  EXPECT_EQ(parse_duration("30", "X"), 30s);
+  EXPECT_EQ(parse_duration("1.5s", "X"), 1500ms);
+  EXPECT_EQ(parse_duration("250ms", "X"), 250ms);
+  EXPECT_EQ(parse_duration("2m", "X"), 120s);
+  EXPECT_THROW(parse_duration("soon", "X"), Error);
+  EXPECT_THROW(parse_duration("5h", "X"), Error);
+}
+
+const Setting test_setting("test", "ANVIEW_TEST_ONLY_SETTING", "a, b,,c ", "for tests");
+
+TEST(Config, SettingsRegisterAndReadTheEnvironment) {
+  bool found = false;
+  for (const Setting* s : all_settings()) found |= std::string(s->env()) == "ANVIEW_TEST_ONLY_SETTING";
+  EXPECT_TRUE(found);
+  ::unsetenv("ANVIEW_TEST_ONLY_SETTING");
+  EXPECT_FALSE(test_setting.from_environment());
+  EXPECT_EQ(test_setting.as_list(), (std::vector<std::string>{"a", "b", "c"}));
+  ::setenv("ANVIEW_TEST_ONLY_SETTING", "yes", 1);
+  EXPECT_TRUE(test_setting.from_environment());
+  EXPECT_TRUE(test_setting.as_bool());
+  ::setenv("ANVIEW_TEST_ONLY_SETTING", "maybe", 1);
+  EXPECT_THROW(test_setting.as_bool(), Error);
+  ::unsetenv("ANVIEW_TEST_ONLY_SETTING");
+}
+
+class CountingHandler final : public FdHandler {
+ public:
+  void on_fd_events(std::uint32_t) override {
+    std::uint64_t v;
+    [[maybe_unused]] ssize_t n = ::read(fd, &v, sizeof v);
+    ++calls;
+  }
+  int fd = -1;
+  int calls = 0;
+};
+
+TEST(ProgressEngine, DispatchesReadyFdsAndPollers) {
+  ProgressEngine engine;
+  CountingHandler handler;
+  Fd efd(::eventfd(0, EFD_NONBLOCK));
+  handler.fd = efd.get();
+  engine.add_fd(efd.get(), EPOLLIN, &handler);
+  int polls = 0;
+  engine.add_poller([&] { return ++polls < 0; });
+  EXPECT_FALSE(engine.poll(0));  // nothing ready
+  const std::uint64_t one = 1;
+  ASSERT_EQ(::write(efd.get(), &one, sizeof one), 8);
+  EXPECT_TRUE(engine.poll(100));
+  EXPECT_EQ(handler.calls, 1);
+  EXPECT_EQ(polls, 2);
+  engine.remove_fd(efd.get());
+}
+
+TEST(ProgressEngine, WakeupEndsASleepingPoll) {
+  ProgressEngine engine;
+  engine.wakeup();
+  const auto start = Clock::now();
+  engine.poll(5000);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
+}
+
+}  // namespace
+}  // namespace anview::base
