@@ -40,8 +40,18 @@ std::vector<transport::PeerInfo> exchange_peer_info(Store& store, const std::str
       peers.push_back(self);
       continue;
     }
-    peers.push_back(decode_peer_info(store.get_string(prefix + "/peer/" + std::to_string(r), timeout),
-                                     r, self.rank));
+    std::string record;
+    try {
+      record = store.get_string(prefix + "/peer/" + std::to_string(r), timeout);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::timeout) throw;
+      throw Error(ErrorKind::timeout,
+                  {.rank = self.rank, .peer = r, .operation = "bootstrap",
+                   .cause = "rank " + std::to_string(r) + " did not publish its addresses within " +
+                            std::to_string(timeout.count()) + " ms (is it running, with the same "
+                            "world size and root?): " + e.cause()});
+    }
+    peers.push_back(decode_peer_info(record, r, self.rank));
   }
   return peers;
 }
