@@ -354,3 +354,28 @@ TEST(P2pSemantics, PeerThatClosesFailsPendingReceivesWithPeerLost) {
 
 }  // namespace
 }  // namespace anview
+
+namespace anview {
+namespace {
+
+TEST(P2pBootstrap, MissingRankIsNamedWhenTheTimeoutRunsOut) {
+  Store server = Store::serve_tcp("127.0.0.1:0", {.timeout = std::chrono::seconds(5)});
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Store store = Store::connect_tcp(server.address(), {.rank = r});
+        Communicator::create(r, 3, store, {.timeout = std::chrono::milliseconds(300),
+                                           .store_prefix = "missing"});
+      } catch (const Error& e) {
+        if (e.kind() == ErrorKind::timeout) messages[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& m : messages) EXPECT_NE(m.find("rank 2 did not publish"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace anview
