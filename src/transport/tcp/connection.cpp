@@ -179,6 +179,7 @@ void Connection::fail(ErrorKind kind, const std::string& cause, int err) {
 }
 
 void Connection::read_available() {
+  socket_drained_ = false;
   if (state_ == State::awaiting_hello || state_ == State::awaiting_ack) {
     if (!read_handshake()) return;
   }
@@ -228,9 +229,11 @@ bool Connection::read_frames() {
       // Read the payload straight into its landing place; whatever follows goes to rx_.
       rx_head_ = rx_tail_ = 0;
       iovec iov[2] = {{landing_ + landed_, need}, {rx_.get(), rx_capacity}};
+      if (socket_drained_) return true;
       const ssize_t n = ::readv(fd_.get(), iov, 2);
       if (n > 0) {
         const auto got = static_cast<std::size_t>(n);
+        socket_drained_ = got < need + rx_capacity;
         if (got <= need) {
           landed_ += static_cast<std::uint32_t>(got);
         } else {
@@ -260,8 +263,12 @@ bool Connection::read_frames() {
       rx_head_ = 0;
       rx_tail_ = buffered;
     }
+    if (socket_drained_) return true;
     const ssize_t n = ::recv(fd_.get(), rx_.get() + rx_tail_, rx_capacity - rx_tail_, 0);
     if (n > 0) {
+      // A short read emptied the socket: parse what we have and wait for the next readiness
+      // event (epoll is level-triggered) instead of paying a recv() that says EAGAIN.
+      socket_drained_ = static_cast<std::size_t>(n) < rx_capacity - rx_tail_;
       rx_tail_ += static_cast<std::size_t>(n);
       continue;
     }

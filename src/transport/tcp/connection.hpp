@@ -89,6 +89,7 @@ class Connection final : public base::FdHandler {
   bool half_close_pending_ = false;
   bool eof_ = false;
   bool goodbye_ = false;
+  bool socket_drained_ = false;  // the last read was short: nothing more until epoll says so
   bool detached_ = false;          // removed from epoll while paused on a hung-up socket
   std::uint32_t interest_ = EPOLLIN;  // the events registered with epoll
 
