@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/config.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
 namespace anview::transport::tcp {
@@ -16,7 +17,17 @@ namespace {
 constexpr std::size_t header_bytes = sizeof(FrameHeader);
 constexpr int max_iov = 64;
 
+const base::Setting rcvlowat_setting(
+    "tcp", "ANVIEW_TCP_RCVLOWAT", "256K",
+    "While a large payload arrives, wake the reader only when this much of it is there "
+    "(SO_RCVLOWAT; 0: wake for every segment)");
+
 }  // namespace
+
+std::size_t Connection::max_low_watermark() {
+  static const std::size_t value = static_cast<std::size_t>(rcvlowat_setting.as_int());
+  return value;
+}
 
 Connection::Connection(TcpTransport& owner, base::Fd fd, State state, int peer, int stream)
     : owner_(owner),
@@ -178,6 +189,13 @@ void Connection::fail(ErrorKind kind, const std::string& cause, int err) {
   owner_.on_connection_error(*this, Error(kind, std::move(context)));
 }
 
+void Connection::set_low_watermark(std::size_t bytes) {
+  if (bytes == low_watermark_) return;
+  const int value = static_cast<int>(bytes);
+  if (::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVLOWAT, &value, sizeof value) == 0)
+    low_watermark_ = bytes;
+}
+
 void Connection::read_available() {
   socket_drained_ = false;
   if (state_ == State::awaiting_hello || state_ == State::awaiting_ack) {
@@ -229,7 +247,12 @@ bool Connection::read_frames() {
       // Read the payload straight into its landing place; whatever follows goes to rx_.
       rx_head_ = rx_tail_ = 0;
       iovec iov[2] = {{landing_ + landed_, need}, {rx_.get(), rx_capacity}};
-      if (socket_drained_) return true;
+      if (socket_drained_) {
+        // The rest of this payload is sure to come: ask epoll to wake us only once a good
+        // part of it is there, not for every 64 KiB segment.
+        if (max_low_watermark() > 1) set_low_watermark(std::min(need, max_low_watermark()));
+        return true;
+      }
       const ssize_t n = ::readv(fd_.get(), iov, 2);
       if (n > 0) {
         const auto got = static_cast<std::size_t>(n);
@@ -263,7 +286,10 @@ bool Connection::read_frames() {
       rx_head_ = 0;
       rx_tail_ = buffered;
     }
-    if (socket_drained_) return true;
+    if (socket_drained_) {
+      set_low_watermark(1);  // a header may be all that comes
+      return true;
+    }
     const ssize_t n = ::recv(fd_.get(), rx_.get() + rx_tail_, rx_capacity - rx_tail_, 0);
     if (n > 0) {
       // A short read emptied the socket: parse what we have and wait for the next readiness

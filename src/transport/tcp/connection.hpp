@@ -27,6 +27,8 @@ class Connection final : public base::FdHandler {
 
   // Takes ownership of a non-blocking socket and registers it with the engine.
   Connection(TcpTransport& owner, base::Fd fd, State state, int peer, int stream);
+  // Largest SO_RCVLOWAT used while a payload is arriving (ANVIEW_TCP_RCVLOWAT; 0: off).
+  static std::size_t max_low_watermark();
   ~Connection() override;
 
   void on_fd_events(std::uint32_t events) override;
@@ -77,6 +79,7 @@ class Connection final : public base::FdHandler {
   bool start_frame();
   void finish_frame();
   void fail(ErrorKind kind, const std::string& cause, int err = 0);
+  void set_low_watermark(std::size_t bytes);  // SO_RCVLOWAT, only when it changes
 
   TcpTransport& owner_;
   base::Fd fd_;
@@ -89,6 +92,7 @@ class Connection final : public base::FdHandler {
   bool half_close_pending_ = false;
   bool eof_ = false;
   bool goodbye_ = false;
+  std::size_t low_watermark_ = 1;
   bool socket_drained_ = false;  // the last read was short: nothing more until epoll says so
   bool detached_ = false;          // removed from epoll while paused on a hung-up socket
   std::uint32_t interest_ = EPOLLIN;  // the events registered with epoll
