@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
-# Builds Anview and runs the whole test suite: a Release build, then an ASan+UBSan build.
+# Builds Anview and runs the whole test suite:
+#   1. Release build, every test (unit, launcher, multi-process and fault tests);
+#   2. ASan+UBSan build, every test;
+#   3. TSan build of the unit tests (the threaded core: thread-per-rank communicators).
 # Tests run one at a time: the multi-process tests start several ranks each, and a 2-core
 # machine has no room for two of them at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
-run_suite() {  # BUILD_DIR CMAKE_ARGS...
-  local dir=$1
-  shift
+configure_and_build() {  # BUILD_DIR TARGET CMAKE_ARGS...
+  local dir=$1 target=$2
+  shift 2
   echo "=== test.sh: building $dir ($*)"
   cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
-  cmake --build "$dir" -j "$jobs"
-  echo "=== test.sh: testing $dir"
-  ctest --test-dir "$dir" --output-on-failure --timeout 300
+  cmake --build "$dir" -j "$jobs" --target "$target"
 }
 
-run_suite build -DCMAKE_BUILD_TYPE=Release
+configure_and_build build-tsan anview_unit_tests -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DANVIEW_SANITIZE=thread
+echo "=== test.sh: unit tests under ThreadSanitizer"
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/bin/anview_unit_tests \
+  --gtest_brief=1
+
+configure_and_build build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIEW_SANITIZE=address
+echo "=== test.sh: every test under ASan+UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_suite build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIEW_SANITIZE=address
+  ctest --test-dir build-asan --output-on-failure --timeout 300
+
+configure_and_build build all -DCMAKE_BUILD_TYPE=Release
+echo "=== test.sh: every test, Release"
+ctest --test-dir build --output-on-failure --timeout 300

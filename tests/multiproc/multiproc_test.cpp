@@ -1,0 +1,199 @@
+// Process-per-rank fault tests that anview-run's exit code alone cannot judge.
+//
+// The kill scenario ends with anview-run exiting non-zero (one of its ranks was SIGKILLed on
+// purpose), so success is read elsewhere: each survivor writes DIR/rank<R>.result ("OK ..." or
+// "FAIL ..."), and the launcher's own report must name the killed rank and its signal.
+// MultiprocKill.WhileTheOnlyStreamIsPaused is skipped unless ANVIEW_TEST_KNOWN_BUGS is set: it
+// fails because of a library bug (see the test).
+// Binaries: ANVIEW_RUN_PATH and ANVIEW_P2P_CHECK_PATH (compile definitions).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// A fresh directory, removed with everything in it at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "anview-mp-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+struct RunResult {
+  int exit_code = -1;  // -signal when anview-run itself died of one, -1000 when we killed it
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+// Runs `args` (args[0] is the program) with stdout and stderr in files under `dir` and
+// `env` ("NAME=value") added to the environment; kills it after `limit`.
+RunResult run(const std::vector<std::string>& args, const std::vector<std::string>& env,
+              const fs::path& dir, std::chrono::seconds limit) {
+  const std::string out_path = (dir / "stdout.txt").string();
+  const std::string err_path = (dir / "stderr.txt").string();
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    bool overridden = false;
+    for (const auto& o : env) overridden |= o.rfind(name + "=", 0) == 0;
+    if (!overridden) envp.push_back(*e);
+  }
+  envp.push_back(nullptr);
+  RunResult result;
+  const auto start = Clock::now();
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    result.err = "posix_spawn(" + args[0] + "): " + std::strerror(rc);
+    return result;
+  }
+  int status = 0;
+  for (;;) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (Clock::now() - start > limit) {
+      ::kill(pid, SIGTERM);  // anview-run stops its ranks on SIGTERM
+      ::waitpid(pid, &status, 0);
+      status = -1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (status == -1) {
+    result.exit_code = -1000;
+  } else if (WIFEXITED(status)) {
+    result.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    result.exit_code = -WTERMSIG(status);
+  }
+  result.out = read_file(out_path);
+  result.err = read_file(err_path);
+  return result;
+}
+
+// anview-run -n N anview_p2p_check kill: rank N-1 SIGKILLs itself after a barrier; ranks
+// 0 .. N-2 must each see peer_lost for it within 3 s, fail later operations with it fast and
+// still exchange messages among themselves (anview_p2p_check checks that and writes a result
+// file per survivor). `env` is added to the ranks' environment, `extra` to anview_p2p_check's arguments.
+void kill_one_rank(int n, const std::vector<std::string>& env = {},
+                   const std::vector<std::string>& extra = {}) {
+  TempDir dir;
+  const int victim = n - 1;
+  // --grace 10: survivors must end on their own, well inside it (checked below: no SIGTERM).
+  std::vector<std::string> args = {ANVIEW_RUN_PATH, "-n", std::to_string(n), "--timeout", "60",
+                                   "--grace", "10", ANVIEW_P2P_CHECK_PATH, "kill",
+                                   "--result-dir", dir.path().string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const RunResult r = run(args, env, dir.path(), std::chrono::seconds(80));
+  const std::string context = "anview-run exit code " + std::to_string(r.exit_code) + " after " +
+                              std::to_string(r.seconds) + " s\n--- stdout ---\n" + r.out +
+                              "--- stderr ---\n" + r.err;
+  SCOPED_TRACE(context);
+
+  // The first (and only) failing rank is the killed one: 128 + SIGKILL.
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  // The launcher's report names the rank and the signal on one line.
+  bool named = false;
+  std::istringstream lines(r.err);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("anview-run: ", 0) == 0 &&
+        line.find("rank " + std::to_string(victim) + " ") != std::string::npos &&
+        line.find("SIGKILL") != std::string::npos)
+      named = true;
+  }
+  EXPECT_TRUE(named) << "no anview-run line names rank " << victim << " and SIGKILL";
+  // The survivors ended on their own and with 0: the launcher never had to stop them ("...;
+  // sending SIGTERM" is how it reports doing so) and reports no other rank.
+  EXPECT_EQ(r.err.find("; sending SIGTERM"), std::string::npos);
+  for (int rank = 0; rank < victim; ++rank) {
+    EXPECT_EQ(r.err.find("anview-run: rank " + std::to_string(rank) + " (pid"), std::string::npos)
+        << "survivor rank " << rank << " did not exit with 0";
+  }
+
+  for (int rank = 0; rank < victim; ++rank) {
+    const fs::path file = dir.path() / ("rank" + std::to_string(rank) + ".result");
+    ASSERT_TRUE(fs::exists(file)) << "survivor rank " << rank << " wrote no result";
+    const std::string text = read_file(file);
+    EXPECT_EQ(text.rfind("OK ", 0), 0u) << "rank " << rank << ": " << text;
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / ("rank" + std::to_string(victim) + ".result")))
+      << "the killed rank wrote a result";
+  EXPECT_NE(r.out.find("anview_p2p_check kill: OK"), std::string::npos);
+}
+
+TEST(MultiprocKill, TwoRanks) { kill_one_rank(2); }
+TEST(MultiprocKill, FourRanks) { kill_one_rank(4); }
+
+// The victim first fills the survivors' unexpected-message budget (64 KiB) with 1 MiB of
+// messages nobody receives, so they have stopped reading from it when it dies. With the
+// default two streams, the death is still seen on the second stream.
+TEST(MultiprocKill, WhileReadingIsPaused) {
+  kill_one_rank(3, {"ANVIEW_UNEXPECTED_BYTES=64K"}, {"--preload", "1048576"});
+}
+
+// The same with one stream per peer pair: the only stream is paused.
+TEST(MultiprocKill, WhileTheOnlyStreamIsPaused) {
+  if (std::getenv("ANVIEW_TEST_KNOWN_BUGS") == nullptr) {
+    GTEST_SKIP() << "library bug (set ANVIEW_TEST_KNOWN_BUGS=1 to run it): with "
+                    "ANVIEW_TCP_STREAMS=1, a peer's death goes unnoticed while reading from it "
+                    "is paused by the unexpected-message budget (Connection::pause_reading drops "
+                    "EPOLLIN from the epoll interest and a FIN raises no EPOLLHUP), so the "
+                    "pending receive times out instead of failing with peer_lost";
+  }
+  kill_one_rank(2, {"ANVIEW_TCP_STREAMS=1", "ANVIEW_UNEXPECTED_BYTES=64K", "ANVIEW_TIMEOUT=5"},
+                {"--preload", "1048576"});
+}
+
+}  // namespace
