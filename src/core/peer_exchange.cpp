@@ -8,6 +8,7 @@ std::string encode_peer_info(const transport::PeerInfo& info) {
   nlohmann::json j;
   j["rank"] = info.rank;
   j["host_id"] = info.host_id;
+  j["pid"] = info.pid;
   j["tcp"] = info.tcp_addresses;
   return j.dump();
 }
@@ -18,6 +19,7 @@ transport::PeerInfo decode_peer_info(const std::string& text, int expected_rank,
     transport::PeerInfo info;
     info.rank = j.at("rank").get<int>();
     info.host_id = j.at("host_id").get<std::string>();
+    info.pid = j.value("pid", 0);
     info.tcp_addresses = j.at("tcp").get<std::vector<std::string>>();
     if (info.rank != expected_rank) throw std::runtime_error("rank field does not match its key");
     return info;

@@ -1,5 +1,7 @@
 #include "p2p/messenger.hpp"
 
+#include <unistd.h>
+
 #include <thread>
 
 #include "base/config.hpp"
@@ -56,6 +58,7 @@ transport::PeerInfo Messenger::self_info() const {
   transport::PeerInfo info;
   info.rank = config_.rank;
   info.host_id = config_.host_id;
+  info.pid = static_cast<int>(::getpid());
   for (const auto& t : transports_) t->describe_self(info);
   return info;
 }
@@ -116,7 +119,9 @@ Error Messenger::request_error(const RequestImpl& r, ErrorKind kind, std::string
                                   ? r.status.source
                                   : r.peer,
                       .operation = r.kind == RequestImpl::Kind::send ? "send" : "recv",
-                      .tag = to_underlying(r.tag),
+                      // A matched wildcard receive names the tag it matched.
+                      .tag = to_underlying(r.tag == any_tag && r.status.source >= 0 ? r.status.tag
+                                                                                    : r.tag),
                       .cause = std::move(cause)});
 }
 

@@ -71,7 +71,8 @@ class Messenger final : public transport::FrameSink,
   std::string describe_peer(int peer) const;
 
   // transport::FrameSink (called with mu_ held)
-  transport::Landing on_frame(int peer, const transport::FrameHeader& header) override;
+  transport::Landing on_frame(int peer, const transport::FrameHeader& header,
+                              bool may_defer) override;
   void on_frame_done(int peer, const transport::FrameHeader& header, void* data) override;
   void on_peer_failed(int peer, const Error& error) override;
 

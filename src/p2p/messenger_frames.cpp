@@ -26,7 +26,8 @@ void Messenger::protocol_error(int peer, const std::string& cause) {
   peers_[static_cast<std::size_t>(peer)].transport->fail_peer(peer, error);
 }
 
-transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h) {
+transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h,
+                                       bool may_defer) {
   if (closed_) return {};
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   auto find_posted = [&]() -> RequestPtr {
@@ -39,7 +40,8 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
     return nullptr;
   };
   auto over_budget = [&](std::size_t cost) {
-    return ps.unexpected_bytes > 0 && ps.unexpected_bytes + cost > unexpected_limit_;
+    return may_defer && ps.unexpected_bytes > 0 &&
+           ps.unexpected_bytes + cost > unexpected_limit_;
   };
 
   switch (static_cast<FrameType>(h.type)) {

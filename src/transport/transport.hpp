@@ -32,6 +32,7 @@ namespace anview::transport {
 struct PeerInfo {
   int rank = -1;
   std::string host_id;                    // same host id: same machine
+  int pid = 0;                            // its process id (watched when on the same host)
   std::vector<std::string> tcp_addresses; // "ip:port", in the peer's preference order
 };
 
@@ -56,7 +57,9 @@ struct Landing {
 class FrameSink {
  public:
   virtual ~FrameSink() = default;
-  virtual Landing on_frame(int peer, const FrameHeader& header) = 0;
+  // may_defer is false when the transport must take the frame now (its peer closed or died
+  // and the socket is being drained): the sink then buffers it past its budget.
+  virtual Landing on_frame(int peer, const FrameHeader& header, bool may_defer) = 0;
   virtual void on_frame_done(int peer, const FrameHeader& header, void* data) = 0;
   // The link to `peer` failed (peer_lost, link or protocol Error). Called once per peer; after
   // it, sends to that peer complete at once with the same error.

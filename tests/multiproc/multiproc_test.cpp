@@ -3,8 +3,6 @@
 // The kill scenario ends with anview-run exiting non-zero (one of its ranks was SIGKILLed on
 // purpose), so success is read elsewhere: each survivor writes DIR/rank<R>.result ("OK ..." or
 // "FAIL ..."), and the launcher's own report must name the killed rank and its signal.
-// MultiprocKill.WhileTheOnlyStreamIsPaused is skipped unless ANVIEW_TEST_KNOWN_BUGS is set: it
-// fails because of a library bug (see the test).
 // Binaries: ANVIEW_RUN_PATH and ANVIEW_P2P_CHECK_PATH (compile definitions).
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -183,15 +181,10 @@ TEST(MultiprocKill, WhileReadingIsPaused) {
   kill_one_rank(3, {"ANVIEW_UNEXPECTED_BYTES=64K"}, {"--preload", "1048576"});
 }
 
-// The same with one stream per peer pair: the only stream is paused.
+// The same with one stream per peer pair: the only stream is paused, and the dead peer's
+// kernel still holds data for it, so no end of stream can arrive until it is read. The
+// survivor learns of the death from the peer's pidfd and drains the stream.
 TEST(MultiprocKill, WhileTheOnlyStreamIsPaused) {
-  if (std::getenv("ANVIEW_TEST_KNOWN_BUGS") == nullptr) {
-    GTEST_SKIP() << "library bug (set ANVIEW_TEST_KNOWN_BUGS=1 to run it): with "
-                    "ANVIEW_TCP_STREAMS=1, a peer's death goes unnoticed while reading from it "
-                    "is paused by the unexpected-message budget (Connection::pause_reading drops "
-                    "EPOLLIN from the epoll interest and a FIN raises no EPOLLHUP), so the "
-                    "pending receive times out instead of failing with peer_lost";
-  }
   kill_one_rank(2, {"ANVIEW_TCP_STREAMS=1", "ANVIEW_UNEXPECTED_BYTES=64K", "ANVIEW_TIMEOUT=5"},
                 {"--preload", "1048576"});
 }

@@ -34,7 +34,7 @@ bool SelfTransport::deliver() {
   bool worked = false;
   while (!queue_.empty() && !paused_) {
     Queued q = std::move(queue_.front());
-    const Landing landing = context_.sink->on_frame(context_.rank, q.header);
+    const Landing landing = context_.sink->on_frame(context_.rank, q.header, true);
     if (landing.defer) {
       queue_.front() = std::move(q);
       paused_ = true;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/config.hpp"
+#include "base/log.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
 namespace anview::transport::tcp {
@@ -38,7 +39,8 @@ Connection::Connection(TcpTransport& owner, base::Fd fd, State state, int peer, 
       rx_(new char[rx_capacity]) {
   base::set_nonblocking(fd_.get(), true);
   base::set_nodelay(fd_.get());
-  owner_.engine().add_fd(fd_.get(), EPOLLIN, this);
+  owner_.engine().add_fd(fd_.get(), interest_, this);
+  remote_ = base::remote_address(fd_.get()).to_string();
 }
 
 Connection::~Connection() {
@@ -46,9 +48,8 @@ Connection::~Connection() {
 }
 
 std::string Connection::describe() const {
-  if (!fd_.valid()) return "closed";
-  return base::local_address(fd_.get()).to_string() + " <-> " +
-         base::remote_address(fd_.get()).to_string();
+  if (!fd_.valid()) return "closed, was " + remote_;
+  return base::local_address(fd_.get()).to_string() + " <-> " + remote_;
 }
 
 void Connection::set_established(int peer, int stream) {
@@ -59,15 +60,14 @@ void Connection::set_established(int peer, int stream) {
 
 void Connection::on_fd_events(std::uint32_t events) {
   if (state_ == State::closed) return;
-  if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) {
     if (reading_) {
       read_available();
-    } else if (events & (EPOLLERR | EPOLLHUP)) {
-      // Paused with a frame deferred: the rest of the stream stays in the kernel until the
-      // sink takes it. Stop listening so a hung-up socket does not wake us in a loop;
-      // resume_reading() listens again and then sees the end of the stream.
-      owner_.engine().remove_fd(fd_.get());
-      detached_ = true;
+    } else if (events & (EPOLLRDHUP | EPOLLERR | EPOLLHUP)) {
+      // Paused with a frame deferred, and the peer has finished sending (it closed or died):
+      // what is left in the socket is all there will be, so take it now, past the sink's
+      // budget, and reach the end of the stream instead of waiting for a receive.
+      drain();
       return;
     }
   }
@@ -76,8 +76,9 @@ void Connection::on_fd_events(std::uint32_t events) {
 }
 
 void Connection::update_interest() {
-  if (state_ == State::closed || detached_) return;
-  std::uint32_t events = 0;
+  if (state_ == State::closed) return;
+  // After the end of the stream the peer's half-close stays "ready": stop listening for it.
+  std::uint32_t events = eof_ ? 0u : static_cast<std::uint32_t>(EPOLLRDHUP);
   if (reading_) events |= EPOLLIN;
   if (want_write_) events |= EPOLLOUT;
   if (events != interest_) {
@@ -159,20 +160,20 @@ void Connection::resume_reading() {
   if (state_ == State::closed) return;
   paused_ = false;
   reading_ = true;
-  if (detached_) {
-    detached_ = false;
-    interest_ = want_write_ ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
-    owner_.engine().add_fd(fd_.get(), interest_, this);
-  } else {
-    update_interest();
-  }
+  update_interest();
   read_available();
+}
+
+void Connection::drain() {
+  if (state_ == State::closed || eof_) return;
+  must_accept_ = true;
+  resume_reading();
 }
 
 void Connection::close(const Error* error) {
   if (state_ == State::closed) return;
   state_ = State::closed;
-  if (!detached_) owner_.engine().remove_fd(fd_.get());
+  owner_.engine().remove_fd(fd_.get());
   fd_.reset();
   std::deque<Pending> failed;
   failed.swap(sendq_);
@@ -247,7 +248,7 @@ bool Connection::read_frames() {
       // Read the payload straight into its landing place; whatever follows goes to rx_.
       rx_head_ = rx_tail_ = 0;
       iovec iov[2] = {{landing_ + landed_, need}, {rx_.get(), rx_capacity}};
-      if (socket_drained_) {
+      if (socket_drained_ && !must_accept_) {
         // The rest of this payload is sure to come: ask epoll to wake us only once a good
         // part of it is there, not for every 64 KiB segment.
         if (max_low_watermark() > 1) set_low_watermark(std::min(need, max_low_watermark()));
@@ -286,7 +287,7 @@ bool Connection::read_frames() {
       rx_head_ = 0;
       rx_tail_ = buffered;
     }
-    if (socket_drained_) {
+    if (socket_drained_ && !must_accept_) {
       set_low_watermark(1);  // a header may be all that comes
       return true;
     }
@@ -328,7 +329,7 @@ bool Connection::start_frame() {
                                   " bytes, limit " + std::to_string(max_frame_payload) + ")");
     return false;
   }
-  const Landing landing = owner_.deliver_frame(*this, current_);
+  const Landing landing = owner_.deliver_frame(*this, current_, !must_accept_);
   if (state_ == State::closed) return false;
   if (landing.defer) {
     pause_reading();  // the header stays in rx_ and is offered again on resume

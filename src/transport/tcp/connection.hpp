@@ -44,6 +44,10 @@ class Connection final : public base::FdHandler {
   // Re-offers a deferred frame to the sink and reads on; call from the transport's poller.
   void resume_reading();
   bool paused() const { return paused_; }
+  // Reads everything the peer sent, up to the end of the stream, with no deferring: for a
+  // peer that will send nothing more (it closed or died), so nothing it sent is lost.
+  void drain();
+  const std::string& remote() const { return remote_; }
 
   // Sends our half-close after the queue drains (shutdown(SHUT_WR)).
   void half_close();
@@ -94,8 +98,11 @@ class Connection final : public base::FdHandler {
   bool goodbye_ = false;
   std::size_t low_watermark_ = 1;
   bool socket_drained_ = false;  // the last read was short: nothing more until epoll says so
-  bool detached_ = false;          // removed from epoll while paused on a hung-up socket
-  std::uint32_t interest_ = EPOLLIN;  // the events registered with epoll
+  // Draining: the sink may not defer frames, and reading goes on to the end of the stream
+  // (or the reset) at once, without waiting for readiness events.
+  bool must_accept_ = false;
+  std::uint32_t interest_ = EPOLLIN | EPOLLRDHUP;  // the events registered with epoll
+  std::string remote_;  // the peer's address, kept for messages after a reset
 
   std::deque<Pending> sendq_;
   std::size_t queued_bytes_ = 0;

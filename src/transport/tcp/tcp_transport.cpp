@@ -1,5 +1,7 @@
 #include "transport/tcp/tcp_transport.hpp"
 
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -24,6 +26,30 @@ const base::Setting sockbuf_setting(
     "SO_SNDBUF/SO_RCVBUF of data connections in bytes (0: kernel autotuning)");
 
 constexpr auto hello_timeout = std::chrono::seconds(10);
+
+// Watches a same-host peer's process through a pidfd, which turns readable when it exits.
+class ProcessExitWatch final : public base::FdHandler {
+ public:
+  ProcessExitWatch(TcpTransport& owner, int peer, base::Fd pidfd)
+      : owner_(owner), peer_(peer), pidfd_(std::move(pidfd)) {
+    owner_.engine().add_fd(pidfd_.get(), EPOLLIN, this);
+  }
+  ~ProcessExitWatch() override {
+    if (armed_) owner_.engine().remove_fd(pidfd_.get());
+  }
+  void on_fd_events(std::uint32_t) override {
+    if (!armed_) return;
+    armed_ = false;
+    owner_.engine().remove_fd(pidfd_.get());
+    owner_.on_peer_process_exit(peer_);
+  }
+
+ private:
+  TcpTransport& owner_;
+  int peer_;
+  base::Fd pidfd_;
+  bool armed_ = true;
+};
 
 bool is_loopback(const std::string& host_port) {
   return host_port.rfind("127.", 0) == 0 || host_port.rfind("[::1]", 0) == 0;
@@ -105,6 +131,7 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
     PeerLink& link = peers_[static_cast<std::size_t>(peer.rank)];
     link.served = true;
     link.streams.resize(static_cast<std::size_t>(stream_count_));
+    watch_process(peer);
     if (peer.rank <= context_.rank) continue;  // the lower rank connects
     link.address = pick_address(peer, nullptr);
     ErrorContext ctx = error_context(peer.rank, "connect");
@@ -125,6 +152,26 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
                                        peer.rank, s);
     }
   }
+}
+
+void TcpTransport::watch_process(const PeerInfo& peer) {
+  if (peer.pid <= 0 || peer.rank == context_.rank || peer.host_id != context_.host_id) return;
+  // glibc 2.36's <sys/pidfd.h> lacks C linkage for C++; the system call is stable.
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, peer.pid, 0));
+  if (fd < 0) {  // an old kernel or a sandbox: the end of the stream still tells, later
+    base::log(base::LogLevel::debug, "tcp: cannot watch rank ", peer.rank, " (pid ", peer.pid,
+              "): pidfd_open: ", base::errno_text(errno));
+    return;
+  }
+  peers_[static_cast<std::size_t>(peer.rank)].exit_watch =
+      std::make_unique<ProcessExitWatch>(*this, peer.rank, base::Fd(fd));
+}
+
+void TcpTransport::on_peer_process_exit(int peer) {
+  PeerLink& link = peers_[static_cast<std::size_t>(peer)];
+  base::log(base::LogLevel::debug, "tcp: the process of rank ", peer, " ended");
+  for (auto& conn : link.streams)
+    if (conn && conn->state() == Connection::State::established) conn->drain();
 }
 
 bool TcpTransport::ready() const {
@@ -194,7 +241,7 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
   accepting_.erase(it);
   accepting_deadlines_.erase(accepting_deadlines_.begin() + static_cast<std::ptrdiff_t>(index));
 
-  const std::string from = base::remote_address(conn.fd()).to_string();
+  const std::string& from = conn.remote();
   bool foreign = false;
   std::string why;
   RejectReason reason = check_hello(
@@ -275,7 +322,8 @@ void TcpTransport::on_ack(Connection& conn, const Handshake& reply) {
   count_established(peers_[static_cast<std::size_t>(peer)]);
 }
 
-Landing TcpTransport::deliver_frame(Connection& conn, const FrameHeader& header) {
+Landing TcpTransport::deliver_frame(Connection& conn, const FrameHeader& header,
+                                    bool may_defer) {
   if (header.type >= frame_goodbye) {
     if (header.type != frame_goodbye || header.payload_bytes != 0) {
       ErrorContext ctx = error_context(conn.peer(), "transfer");
@@ -290,7 +338,7 @@ Landing TcpTransport::deliver_frame(Connection& conn, const FrameHeader& header)
     discard_.resize(header.payload_bytes);
     return Landing{discard_.data(), false};
   }
-  Landing landing = context_.sink->on_frame(conn.peer(), header);
+  Landing landing = context_.sink->on_frame(conn.peer(), header, may_defer);
   if (!landing.defer && landing.data == nullptr && header.payload_bytes > 0) {
     discard_.resize(header.payload_bytes);  // the sink failed the frame; consume it
     landing.data = discard_.data();
@@ -307,9 +355,8 @@ void TcpTransport::deliver_frame_done(Connection& conn, const FrameHeader& heade
 void TcpTransport::on_connection_error(Connection& conn, const Error& error) {
   if (conn.peer() < 0 || conn.state() == Connection::State::awaiting_hello) {
     // Not one of our peers yet: garbage, a port scanner, a foreign program. Drop it.
-    base::log(base::LogLevel::warn, "tcp: dropped a connection from ",
-              base::remote_address(conn.fd()).to_string(), " before its handshake: ",
-              error.cause());
+    base::log(base::LogLevel::warn, "tcp: dropped a connection from ", conn.remote(),
+              " before its handshake: ", error.cause());
     auto it = std::find_if(accepting_.begin(), accepting_.end(),
                            [&](const auto& c) { return c.get() == &conn; });
     if (it != accepting_.end()) {
@@ -328,7 +375,14 @@ void TcpTransport::on_connection_error(Connection& conn, const Error& error) {
 void TcpTransport::on_connection_eof(Connection& conn) {
   const int peer = conn.peer();
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
+  if (link.draining) return;  // an end of stream met while draining: the caller goes on
   if (!conn.goodbye_received()) {
+    // The process is gone. What it sent before it died is in our sockets: read every stream
+    // to its end first, so complete messages are still delivered, then fail the link.
+    link.draining = true;
+    for (auto& other : link.streams)
+      if (other && other.get() != &conn) other->drain();
+    link.draining = false;
     ErrorContext ctx = error_context(peer, "transfer");
     ctx.cause = "connection closed by rank " + std::to_string(peer) +
                 " without a goodbye: the process exited or was killed";
@@ -385,7 +439,7 @@ bool TcpTransport::poll_housekeeping() {
         continue;
       }
       base::log(base::LogLevel::warn, "tcp: dropped a connection from ",
-                base::remote_address(accepting_[i]->fd()).to_string(),
+                accepting_[i]->remote(),
                 ": no handshake within ", hello_timeout.count(), " s");
       accepting_[i]->close(nullptr);
       retire(std::move(accepting_[i]));

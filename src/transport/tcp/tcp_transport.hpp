@@ -36,7 +36,7 @@ class TcpTransport final : public Transport, private base::FdHandler {
   // --- called by Connection ---
   void on_hello(Connection& conn, const Handshake& hello);
   void on_ack(Connection& conn, const Handshake& reply);
-  Landing deliver_frame(Connection& conn, const FrameHeader& header);
+  Landing deliver_frame(Connection& conn, const FrameHeader& header, bool may_defer);
   void deliver_frame_done(Connection& conn, const FrameHeader& header, void* data);
   void on_connection_error(Connection& conn, const Error& error);
   void on_connection_eof(Connection& conn);
@@ -53,10 +53,20 @@ class TcpTransport final : public Transport, private base::FdHandler {
     int eof_streams = 0;
     bool goodbye = false;  // the peer said it is leaving
     bool failed = false;
+    bool draining = false;              // reading the other streams of a dead peer
     bool was_up = false;                // every stream was established once
     std::optional<Error> setup_error;   // failed before it was up
+    std::unique_ptr<base::FdHandler> exit_watch;  // pidfd of a same-host peer
   };
   void count_established(PeerLink& link);
+  void watch_process(const PeerInfo& peer);
+ public:
+  // A same-host peer's process ended: read its streams to the end, past any budget (a
+  // paused reader would otherwise never see the end of a stream the dead peer's kernel
+  // still holds data for).
+  void on_peer_process_exit(int peer);
+
+ private:
 
   void on_fd_events(std::uint32_t events) override;  // the listening socket
   void accept_pending();
