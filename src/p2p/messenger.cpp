@@ -33,6 +33,8 @@ constexpr auto shutdown_linger = std::chrono::seconds(2);
 Messenger::Messenger(const MessengerConfig& config)
     : config_(config),
       peers_(static_cast<std::size_t>(config.world_size)),
+      posted_(config.world_size),
+      unexpected_(config.world_size),
       eager_bytes_(static_cast<std::size_t>(eager_setting.as_int())),
       unexpected_limit_(static_cast<std::size_t>(unexpected_setting.as_int())),
       chunk_bytes_(static_cast<std::size_t>(
@@ -186,12 +188,11 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
   std::vector<RequestPtr> completed;
   {
     Lock lock(mu_);
-    auto it = unexpected_.begin();
-    while (it != unexpected_.end() && !(matches(*req, it->source, it->tag) && !it->waiting)) ++it;
+    const auto found = closed_ ? std::nullopt : unexpected_.find(source, tag);
     if (closed_) {
       complete(*req, request_error(*req, ErrorKind::usage, "the communicator is closed"));
-    } else if (it != unexpected_.end()) {
-      match_unexpected(req, it);
+    } else if (found) {
+      match_unexpected(req, *found);
     } else if (source != any_source && peers_[static_cast<std::size_t>(source)].failure) {
       complete(*req, peers_[static_cast<std::size_t>(source)].failure->for_operation(
                          "recv", to_underlying(tag)));
@@ -199,17 +200,12 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
       complete(*req, request_error(*req, ErrorKind::peer_lost,
                                    "every other rank of the communicator is lost"));
     } else {
-      posted_.push_back(req);
+      posted_.push(req);
     }
     completed = take_completed();
   }
   run_callbacks(std::move(completed));
   return req;
-}
-
-bool Messenger::matches(const RequestImpl& recv, int source, std::uint64_t tag) const {
-  return (recv.peer == any_source || recv.peer == source) &&
-         (recv.tag == any_tag || to_underlying(recv.tag) == tag);
 }
 
 bool Messenger::all_remote_peers_failed() const {
@@ -388,12 +384,9 @@ bool Messenger::cancel(RequestImpl& request) {
   {
     Lock lock(mu_);
     if (request.kind == RequestImpl::Kind::recv && request.phase == RequestImpl::Phase::posted) {
-      for (auto it = posted_.begin(); it != posted_.end(); ++it) {
-        if (it->get() != &request) continue;
-        posted_.erase(it);
+      if (posted_.remove(request)) {
         complete(request, request_error(request, ErrorKind::usage, "cancelled"));
         cancelled = true;
-        break;
       }
     }
     completed = take_completed();
@@ -433,14 +426,14 @@ void Messenger::shutdown() {
     auto fail = [&](const RequestPtr& r) {
       complete(*r, request_error(*r, ErrorKind::usage, "the communicator was closed"));
     };
-    for (auto& r : posted_) fail(r);
+    for (auto& r : posted_.take_all()) fail(r);
     for (auto& [id, r] : sends_) fail(r);
     for (auto& [id, r] : recvs_) fail(r);
     for (auto& ps : peers_)
       if (ps.eager_target) fail(ps.eager_target);
-    for (auto& u : unexpected_)
-      if (u.waiting) fail(u.waiting);
-    posted_.clear();
+    for (int r = 0; r < config_.world_size; ++r)
+      for (auto& u : unexpected_.from(r))
+        if (u.waiting) fail(u.waiting);
     sends_.clear();
     recvs_.clear();
     unexpected_.clear();

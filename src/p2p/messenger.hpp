@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "base/progress_engine.hpp"
+#include "p2p/matching.hpp"
 #include "p2p/request_impl.hpp"
 #include "transport/transport.hpp"
 
 namespace anview::p2p {
 
 using detail::RequestImpl;
-using RequestPtr = std::shared_ptr<RequestImpl>;
 
 struct MessengerConfig {
   int rank = 0;
@@ -77,16 +77,6 @@ class Messenger final : public transport::FrameSink,
   void on_peer_failed(int peer, const Error& error) override;
 
  private:
-  struct Unexpected {
-    int source;
-    std::uint64_t tag;
-    std::size_t bytes;
-    bool rendezvous;
-    std::uint64_t sender_id;         // rendezvous: the sender's request id
-    std::unique_ptr<char[]> data;    // eager payload
-    bool complete = true;            // eager payload fully arrived
-    RequestPtr waiting;              // a receive matched it before its payload arrived
-  };
   struct PeerState {
     transport::Transport* transport = nullptr;
     std::string transport_reason;
@@ -94,7 +84,7 @@ class Messenger final : public transport::FrameSink,
     std::size_t unexpected_bytes = 0;
     bool deferred = false;
     RequestPtr eager_target;                // receive the current eager frame lands in
-    std::list<Unexpected>::iterator eager_unexpected;  // or the unexpected entry it fills
+    UnexpectedQueue::Iterator eager_unexpected;  // or the unexpected entry it fills
     bool eager_to_unexpected = false;
   };
   using Lock = std::unique_lock<std::mutex>;
@@ -103,13 +93,12 @@ class Messenger final : public transport::FrameSink,
   void complete(RequestImpl& request, std::optional<Error> error);
   std::vector<RequestPtr> take_completed();
   void run_callbacks(std::vector<RequestPtr> completed);
-  void match_unexpected(const RequestPtr& recv, std::list<Unexpected>::iterator it);
+  void match_unexpected(const RequestPtr& recv, UnexpectedQueue::Iterator it);
   void start_rendezvous_receive(const RequestPtr& recv, int source, std::uint64_t tag,
                                 std::size_t bytes, std::uint64_t sender_id);
   void send_data(const RequestPtr& send, std::uint64_t receiver_id);
   void send_frame(int peer, const transport::FrameHeader& header, const void* payload,
                   transport::Ordering ordering, transport::SendDone done);
-  bool matches(const RequestImpl& recv, int source, std::uint64_t tag) const;
   void protocol_error(int peer, const std::string& cause);
   void release_unexpected(int peer, std::size_t bytes);
   Error request_error(const RequestImpl& request, ErrorKind kind, std::string cause) const;
@@ -129,8 +118,8 @@ class Messenger final : public transport::FrameSink,
   std::vector<std::unique_ptr<transport::Transport>> transports_;
   std::vector<PeerState> peers_;
 
-  std::list<RequestPtr> posted_;  // receives waiting for a match, in post order
-  std::list<Unexpected> unexpected_;  // arrived before their receive, in arrival order
+  PostedQueue posted_;          // receives waiting for a match
+  UnexpectedQueue unexpected_;  // messages that arrived before their receive
   std::unordered_map<std::uint64_t, RequestPtr> sends_;  // rendezvous sends by id
   std::unordered_map<std::uint64_t, RequestPtr> recvs_;  // rendezvous receives by id
   std::uint64_t next_id_ = 1;

@@ -30,15 +30,7 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
                                        bool may_defer) {
   if (closed_) return {};
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-  auto find_posted = [&]() -> RequestPtr {
-    for (auto it = posted_.begin(); it != posted_.end(); ++it) {
-      if (!matches(**it, peer, h.tag)) continue;
-      RequestPtr r = std::move(*it);
-      posted_.erase(it);
-      return r;
-    }
-    return nullptr;
-  };
+  auto find_posted = [&]() -> RequestPtr { return posted_.find(peer, h.tag, true); };
   auto over_budget = [&](std::size_t cost) {
     return may_defer && ps.unexpected_bytes > 0 &&
            ps.unexpected_bytes + cost > unexpected_limit_;
@@ -47,12 +39,7 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
   switch (static_cast<FrameType>(h.type)) {
     case FrameType::eager: {
       // Peek before taking a posted receive: a deferred frame must leave no trace.
-      bool has_match = false;
-      for (const auto& r : posted_)
-        if (matches(*r, peer, h.tag)) {
-          has_match = true;
-          break;
-        }
+      const bool has_match = posted_.find(peer, h.tag, false) != nullptr;
       if (!has_match && over_budget(h.payload_bytes)) {
         ps.deferred = true;
         return {.data = nullptr, .defer = true};
@@ -73,9 +60,8 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
                    .sender_id = 0, .data = std::make_unique<char[]>(h.payload_bytes),
                    .complete = false, .waiting = nullptr};
       char* landing = u.data.get();
-      unexpected_.push_back(std::move(u));
+      ps.eager_unexpected = unexpected_.push(std::move(u));
       ps.unexpected_bytes += h.payload_bytes;
-      ps.eager_unexpected = std::prev(unexpected_.end());
       ps.eager_to_unexpected = true;
       return {.data = landing, .defer = false};
     }
@@ -93,7 +79,7 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
         ps.deferred = true;
         return {.data = nullptr, .defer = true};
       }
-      unexpected_.push_back(Unexpected{.source = peer, .tag = h.tag, .bytes = h.arg,
+      unexpected_.push(Unexpected{.source = peer, .tag = h.tag, .bytes = h.arg,
                                        .rendezvous = true, .sender_id = h.id, .data = nullptr,
                                        .complete = true, .waiting = nullptr});
       ps.unexpected_bytes += rts_record_bytes;
@@ -165,7 +151,7 @@ void Messenger::on_frame_done(int peer, const transport::FrameHeader& h, void*) 
   }
 }
 
-void Messenger::match_unexpected(const RequestPtr& recv, std::list<Unexpected>::iterator it) {
+void Messenger::match_unexpected(const RequestPtr& recv, UnexpectedQueue::Iterator it) {
   const int source = it->source;
   if (it->rendezvous) {
     start_rendezvous_receive(recv, source, it->tag, it->bytes, it->sender_id);
@@ -266,22 +252,11 @@ void Messenger::on_peer_failed(int peer, const Error& error) {
   }
   // Announced rendezvous messages from the peer can never arrive now; complete eager ones can
   // still be received.
-  for (auto it = unexpected_.begin(); it != unexpected_.end();) {
-    if (it->source == peer && it->rendezvous) {
-      it = unexpected_.erase(it);
-    } else {
-      ++it;
-    }
+  auto& from_peer = unexpected_.from(peer);
+  for (auto it = from_peer.begin(); it != from_peer.end();) {
+    it = it->rendezvous ? from_peer.erase(it) : std::next(it);
   }
-  const bool everyone_lost = all_remote_peers_failed();
-  for (auto it = posted_.begin(); it != posted_.end();) {
-    if ((*it)->peer == peer || ((*it)->peer == any_source && everyone_lost)) {
-      fail(*it);
-      it = posted_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  for (auto& r : posted_.take_from(peer, all_remote_peers_failed())) fail(r);
   for (auto it = sends_.begin(); it != sends_.end();) {
     if (it->second->peer == peer) {
       fail(it->second);

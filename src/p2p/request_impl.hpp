@@ -35,6 +35,7 @@ class RequestImpl : public std::enable_shared_from_this<RequestImpl> {
   const int peer;  // as posted: any_source allowed for receives
   const Tag tag;   // as posted: any_tag allowed for receives
   std::uint64_t id = 0;
+  std::uint64_t post_order = 0;  // receives: when it was posted, for wildcard matching
   Phase phase = Phase::posted;
 
   // send
