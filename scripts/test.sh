@@ -20,8 +20,8 @@ configure_and_build() {  # BUILD_DIR TARGET CMAKE_ARGS...
 configure_and_build build-tsan anview_unit_tests -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DANVIEW_SANITIZE=thread
 echo "=== test.sh: unit tests under ThreadSanitizer"
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/bin/anview_unit_tests \
-  --gtest_brief=1
+ANVIEW_LOG_LEVEL=error TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  build-tsan/bin/anview_unit_tests --gtest_brief=1
 
 configure_and_build build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIEW_SANITIZE=address
 echo "=== test.sh: every test under ASan+UBSan"
