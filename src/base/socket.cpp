@@ -59,27 +59,37 @@ SockAddr SockAddr::from_host_port(const std::string& host, std::uint16_t port,
   return addr;
 }
 
+bool split_host_port(const std::string& text, std::string* host, std::uint16_t* port) {
+  std::string h;
+  std::string p;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close != std::string::npos && close + 1 < text.size() && text[close + 1] == ':') {
+      h = text.substr(1, close - 1);
+      p = text.substr(close + 2);
+    }
+  } else if (const auto colon = text.rfind(':'); colon != std::string::npos) {
+    h = text.substr(0, colon);
+    p = text.substr(colon + 1);
+    if (h.find(':') != std::string::npos) h.clear();  // a bare IPv6 address needs brackets
+  }
+  if (h.empty() || p.empty() || p.size() > 5 ||
+      p.find_first_not_of("0123456789") != std::string::npos || std::stol(p) > 65535)
+    return false;
+  *host = h;
+  *port = static_cast<std::uint16_t>(std::stol(p));
+  return true;
+}
+
 SockAddr SockAddr::parse(const std::string& host_port, const ErrorContext& context) {
   std::string host;
-  std::string port;
-  if (!host_port.empty() && host_port.front() == '[') {
-    const auto close = host_port.find(']');
-    if (close != std::string::npos && close + 1 < host_port.size() && host_port[close + 1] == ':') {
-      host = host_port.substr(1, close - 1);
-      port = host_port.substr(close + 2);
-    }
-  } else if (const auto colon = host_port.rfind(':'); colon != std::string::npos) {
-    host = host_port.substr(0, colon);
-    port = host_port.substr(colon + 1);
-  }
-  char* end = nullptr;
-  const long p = port.empty() ? -1 : std::strtol(port.c_str(), &end, 10);
-  if (host.empty() || p < 0 || p > 65535 || (end && *end != '\0')) {
+  std::uint16_t port = 0;
+  if (!split_host_port(host_port, &host, &port)) {
     ErrorContext c = context;
     c.cause = "'" + host_port + "' is not host:port";
     throw Error(ErrorKind::usage, std::move(c));
   }
-  return from_host_port(host, static_cast<std::uint16_t>(p), context);
+  return from_host_port(host, port, context);
 }
 
 std::string SockAddr::host() const {

@@ -51,6 +51,10 @@ struct SockAddr {
   int family() const { return storage.ss_family; }
 };
 
+// Splits "host:port" or "[v6]:port" without resolving anything; false when the text is not
+// of that form (a bare IPv6 address needs brackets) or the port is not in 0..65535.
+bool split_host_port(const std::string& text, std::string* host, std::uint16_t* port);
+
 // "ECONNREFUSED (Connection refused)".
 std::string errno_text(int err);
 // Builds an Error of `kind` with context.cause = what + ": " + errno_text(err).

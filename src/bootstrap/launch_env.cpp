@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "anview/error.hpp"
+#include "base/socket.hpp"
 
 namespace anview::bootstrap {
 namespace {
@@ -78,22 +79,8 @@ int parse_int(const Launcher& l, const char* name, const std::string& text) {
 // Checks "host:port" / "[v6]:port" without resolving the host.
 void check_host_port(const Launcher& l, const char* name, const std::string& text) {
   std::string host;
-  std::string port;
-  if (!text.empty() && text.front() == '[') {
-    const auto close = text.find(']');
-    if (close != std::string::npos && close + 1 < text.size() && text[close + 1] == ':') {
-      host = text.substr(1, close - 1);
-      port = text.substr(close + 2);
-    }
-  } else if (const auto colon = text.rfind(':'); colon != std::string::npos) {
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-    if (host.find(':') != std::string::npos) host.clear();  // bare IPv6 needs brackets
-  }
-  int p = 0;
-  const auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-  if (host.empty() || port.empty() || ec != std::errc() || ptr != port.data() + port.size() ||
-      p < 1 || p > 65535)
+  std::uint16_t port = 0;
+  if (!base::split_host_port(text, &host, &port) || port == 0)
     usage(l, std::string(name) + "='" + text +
                  "' is not host:port (\"10.0.0.1:29500\", "
                  "\"[fe80::1]:29500\")");
