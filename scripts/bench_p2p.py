@@ -1,11 +1,17 @@
 #!/usr/bin/python3
 """Point-to-point benchmark of Anview against its peers, measured in one run.
 
-Runs `anview-perf pingpong` (8 B) and `anview-perf bw` (1 MiB, 16 MiB) REPS times, then the
-peers' script (../shared/peers/run_all.sh SECTIONS, same REPS), and prints medians [min-max]
-and the ratio Anview / peer. Usage:
+Default: runs `anview-perf pingpong` (8 B) and `anview-perf bw` (1 MiB, 16 MiB) REPS times,
+then the peers' script (../shared/peers/run_all.sh SECTIONS, same REPS), and prints medians
+[min-max] and the ratio Anview / peer.
+
+--paired: on a shared, noisy machine minutes apart can differ by 50 %, so this mode runs each
+Anview measurement right next to the same measurement of UCX (ucx_perftest with exactly the
+commands of run_all.sh, UCX_TLS=tcp,self) REPS times, and reports the median of the per-pair
+ratios as well as the medians of each side.
 
   scripts/bench_p2p.py [--build build] [--reps 3] [--transports tcp] [--sections "net ucx"]
+  scripts/bench_p2p.py --paired [--reps 7]
 """
 import argparse
 import json
@@ -47,6 +53,42 @@ def peers(sections, reps):
     return results
 
 
+def ucx_perftest(test, size, iters, warmup, port=15203):
+    """One ucx_perftest run as in ../shared/peers/run_all.sh; latency in us or bandwidth in GB/s."""
+    env = dict(os.environ, UCX_TLS="tcp,self")
+    server = subprocess.Popen(["ucx_perftest", "-p", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import time
+        time.sleep(1)
+        out = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s",
+                              str(size), "-n", str(iters), "-w", str(warmup), "-f"],
+                             env=env, check=True, capture_output=True, text=True, timeout=120).stdout
+    finally:
+        server.wait(timeout=120)
+    fields = out.strip().splitlines()[-1].split()
+    return float(fields[1]) if "lat" in test else float(fields[5]) * 1.048576 / 1000
+
+
+def paired(a):
+    pairs = {"lat": [], "bw1": [], "bw16": []}
+    for _ in range(a.reps):
+        mine = anview(a.build, a.transports, "pingpong", ["-b", "8", "-e", "8", "-n", "100000"])[0]
+        pairs["lat"].append((mine["lat_us_p50"], ucx_perftest("tag_lat", 8, 100000, 1000)))
+        for key, size, iters, warm in (("bw1", 1 << 20, 2000, 100), ("bw16", 16 << 20, 200, 10)):
+            mine = anview(a.build, a.transports, "bw", ["-b", str(size), "-e", str(size)])[0]
+            pairs[key].append((mine["bw_gbs"], ucx_perftest("tag_bw", size, iters, warm)))
+    names = {"lat": "8 B one-way latency p50 (us), lower is better",
+             "bw1": "1 MiB streaming bandwidth (GB/s)", "bw16": "16 MiB streaming bandwidth (GB/s)"}
+    print(f"anview ({a.transports}) next to UCX tcp (ucx_perftest), {a.reps} pairs\n")
+    print("| metric | anview median [min-max] | UCX median [min-max] | ratio anview/UCX: median of pairs [min-max] |")
+    print("|---|---|---|---|")
+    for key, rows in pairs.items():
+        ratios = [m / u for m, u in rows]
+        print(f"| {names[key]} | {fmt(med([m for m, _ in rows]))} | {fmt(med([u for _, u in rows]))} "
+              f"| {fmt(med(ratios))}x |")
+
+
 def med(values):
     return statistics.median(values), min(values), max(values)
 
@@ -63,7 +105,10 @@ def main():
     p.add_argument("--transports", default="tcp")
     p.add_argument("--sections", default="net ucx")
     p.add_argument("--peer-series", default="ucx_tcp", help="ucx series to compare with")
+    p.add_argument("--paired", action="store_true", help="interleave Anview and UCX runs")
     a = p.parse_args()
+    if a.paired:
+        return paired(a)
 
     lat, bw1, bw16 = [], [], []
     for _ in range(a.reps):

@@ -272,16 +272,14 @@ bool Messenger::on_complete_if_pending(RequestImpl& request, Request::Callback c
 }
 
 void Messenger::drive(int sleep_ms) {
-  bool busy;
-  {
-    Lock lock(mu_);
-    busy = engine_.run_pollers();
-  }
-  const int n = engine_.wait_events(busy ? 0 : sleep_ms);
+  // One lock round per call: sleep in epoll without the lock, then dispatch what came and run
+  // the pollers together. Pollers with work left keep the next call from sleeping.
+  const int n = engine_.wait_events(pollers_busy_ ? 0 : sleep_ms);
   std::vector<RequestPtr> completed;
   {
     Lock lock(mu_);
     engine_.dispatch_events(n);
+    pollers_busy_ = engine_.run_pollers();
     completed = take_completed();
   }
   run_callbacks(std::move(completed));
@@ -322,34 +320,41 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
   const base::Deadline deadline = start + timeout;
   const base::Deadline spin_end = start + spin_;
   const base::Deadline pure_spin_end = start + spin_ / 2;
-  while (!request.done.load(std::memory_order_acquire)) {
-    const auto now = base::Clock::now();
-    Lock lock(mu_);
-    if (request.done.load(std::memory_order_acquire)) break;
-    if (now >= deadline) {
-      throw request_error(request, ErrorKind::timeout,
-                          "not complete after " + std::to_string(timeout.count()) + " ms: " +
-                              describe_wait(request));
-    }
+  auto timed_out = [&] {
+    return request_error(request, ErrorKind::timeout,
+                         "not complete after " + std::to_string(timeout.count()) + " ms: " +
+                             describe_wait(request));
+  };
+  auto done = [&] { return request.done.load(std::memory_order_acquire); };
+  Lock lock(mu_);
+  while (!done()) {
     if (driving_) {
-      // Someone else drives progress; sleep until a completion or until the role is free.
+      // Someone else drives progress (and completes our request too); sleep until a
+      // completion or until the role is free.
       ++sleepers_;
       cv_.wait_for(lock, std::chrono::milliseconds(1));
       --sleepers_;
+      if (!done() && base::Clock::now() >= deadline) throw timed_out();
       continue;
     }
     driving_ = true;
     lock.unlock();
     // Spin (busy-poll class latency), then yield to other runnable ranks, then sleep in the
-    // kernel: an idle waiter uses no CPU.
-    const bool spinning = now < spin_end;
-    drive(spinning ? 0 : base::ms_left(deadline, 100));
-    if (spinning && now >= pure_spin_end && !request.done.load(std::memory_order_acquire))
-      std::this_thread::yield();
+    // kernel: an idle waiter uses no CPU. The clock is read every few spins only.
+    auto now = base::Clock::now();
+    for (unsigned spins = 1; !done() && now < deadline; ++spins) {
+      const bool spinning = now < spin_end;
+      drive(spinning ? 0 : base::ms_left(deadline, 100));
+      if (spinning && spins % 8 != 0) continue;
+      now = base::Clock::now();
+      if (spinning && now >= pure_spin_end && !done()) std::this_thread::yield();
+    }
     lock.lock();
     driving_ = false;
     if (sleepers_ > 0) cv_.notify_all();
+    if (!done()) throw timed_out();
   }
+  lock.unlock();
   if (request.error) throw *request.error;
   return request.status;
 }

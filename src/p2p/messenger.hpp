@@ -111,6 +111,7 @@ class Messenger final : public transport::FrameSink,
   mutable std::mutex mu_;
   std::condition_variable cv_;  // signalled when requests complete or the driver leaves
   bool driving_ = false;
+  bool pollers_busy_ = true;  // the driver's: pollers had work on the last round
   int sleepers_ = 0;
 
   base::ProgressEngine engine_;
