@@ -375,6 +375,15 @@ std::string Messenger::describe_wait(const RequestImpl& r) const {
         lost += (lost.empty() ? "" : "; ") + std::string(f->what());
     }
     if (!lost.empty()) text += " (lost earlier: " + lost + ")";
+    // With bounded buffering a receive can wait for a message stuck behind unreceived ones:
+    // say so, with the way out.
+    for (int p = 0; p < config_.world_size; ++p) {
+      const PeerState& ps = peers_[static_cast<std::size_t>(p)];
+      if (!ps.deferred || (r.peer != any_source && r.peer != p)) continue;
+      text += "; reading from rank " + std::to_string(p) + " is paused: " +
+              std::to_string(ps.unexpected_bytes) + " bytes of its messages wait for matching "
+              "receives (post them, or raise ANVIEW_UNEXPECTED_BYTES)";
+    }
     return text;
   }
   if (r.phase == RequestImpl::Phase::transferring)

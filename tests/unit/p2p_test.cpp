@@ -379,3 +379,42 @@ TEST(P2pBootstrap, MissingRankIsNamedWhenTheTimeoutRunsOut) {
 
 }  // namespace
 }  // namespace anview
+
+namespace anview {
+namespace {
+
+TEST(P2pBackPressure, TimeoutSaysReadingIsPausedAndHowToGoOn) {
+  ::setenv("ANVIEW_UNEXPECTED_BYTES", "64K", 1);
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<unsigned char> buf(16384, 1);
+    if (comm.rank() == 0) {
+      // Ten unreceived messages fill rank 1's budget; the one it waits for comes after them.
+      std::vector<Request> reqs;
+      for (int i = 0; i < 10; ++i) reqs.push_back(comm.isend(buf.data(), buf.size(), 1, Tag{1}));
+      reqs.push_back(comm.isend(buf.data(), 8, 1, Tag{2}));
+      char go = 0;
+      comm.recv(&go, 1, 1, Tag{3});  // rank 1 is done
+      for (auto& r : reqs) r.wait();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    try {
+      comm.recv(buf.data(), buf.size(), 0, Tag{2}, std::chrono::milliseconds(300));
+      ADD_FAILURE() << "the message behind the budget arrived";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::timeout);
+      EXPECT_NE(std::string(e.what()).find("reading from rank 0 is paused"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("ANVIEW_UNEXPECTED_BYTES"), std::string::npos);
+    }
+    // Receiving the unexpected messages lets the one behind them in.
+    for (int i = 0; i < 10; ++i) comm.recv(buf.data(), buf.size(), 0, Tag{1});
+    EXPECT_EQ(comm.recv(buf.data(), buf.size(), 0, Tag{2}).bytes, 8u);
+    char go = 1;
+    comm.send(&go, 1, 0, Tag{3});
+  });
+  ::unsetenv("ANVIEW_UNEXPECTED_BYTES");
+}
+
+}  // namespace
+}  // namespace anview
