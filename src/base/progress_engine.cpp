@@ -18,26 +18,24 @@ ProgressEngine::ProgressEngine()
     : epoll_(::epoll_create1(EPOLL_CLOEXEC)), wakeup_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (!epoll_.valid()) throw sys_error(ErrorKind::internal, {}, "epoll_create1()", errno);
   if (!wakeup_fd_.valid()) throw sys_error(ErrorKind::internal, {}, "eventfd()", errno);
+  control(EPOLL_CTL_ADD, wakeup_fd_.get(), EPOLLIN, wakeup_marker);
+}
+
+void ProgressEngine::control(int op, int fd, std::uint32_t events, FdHandler* handler) {
   epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.ptr = wakeup_marker;
-  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeup_fd_.get(), &ev);
+  ev.events = events;
+  ev.data.ptr = handler;
+  if (::epoll_ctl(epoll_.get(), op, fd, &ev) != 0)
+    throw sys_error(ErrorKind::internal, {}, op == EPOLL_CTL_ADD ? "epoll_ctl(ADD)" : "epoll_ctl(MOD)",
+                    errno);
 }
 
 void ProgressEngine::add_fd(int fd, std::uint32_t events, FdHandler* handler) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.ptr = handler;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
-    throw sys_error(ErrorKind::internal, {}, "epoll_ctl(ADD)", errno);
+  control(EPOLL_CTL_ADD, fd, events, handler);
 }
 
 void ProgressEngine::modify_fd(int fd, std::uint32_t events, FdHandler* handler) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.ptr = handler;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev) != 0)
-    throw sys_error(ErrorKind::internal, {}, "epoll_ctl(MOD)", errno);
+  control(EPOLL_CTL_MOD, fd, events, handler);
 }
 
 void ProgressEngine::remove_fd(int fd) {

@@ -54,6 +54,8 @@ class ProgressEngine {
   void wakeup();
 
  private:
+  void control(int op, int fd, std::uint32_t events, FdHandler* handler);
+
   Fd epoll_;
   Fd wakeup_fd_;
   std::vector<std::function<bool()>> pollers_;

@@ -90,10 +90,10 @@ Request Communicator::irecv(void* data, std::size_t capacity, int source, Tag ta
 
 namespace {
 
-Status wait_or_abandon(p2p::Messenger& messenger, Request& request, detail::RequestImpl& impl,
+Status wait_or_abandon(p2p::Messenger& messenger, detail::RequestImpl& impl,
                        std::optional<std::chrono::milliseconds> timeout) {
   try {
-    return request.wait(timeout);
+    return messenger.wait(impl, timeout.value_or(messenger.default_timeout()));
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::timeout) messenger.abandon(impl, e);
     throw;
@@ -105,15 +105,13 @@ Status wait_or_abandon(p2p::Messenger& messenger, Request& request, detail::Requ
 void Communicator::send(const void* data, std::size_t bytes, int peer, Tag tag,
                         std::optional<std::chrono::milliseconds> timeout) {
   auto impl = impl_->messenger().isend(data, bytes, peer, tag);
-  Request request(impl);
-  wait_or_abandon(impl_->messenger(), request, *impl, timeout);
+  wait_or_abandon(impl_->messenger(), *impl, timeout);
 }
 
 Status Communicator::recv(void* data, std::size_t capacity, int source, Tag tag,
                           std::optional<std::chrono::milliseconds> timeout) {
   auto impl = impl_->messenger().irecv(data, capacity, source, tag);
-  Request request(impl);
-  return wait_or_abandon(impl_->messenger(), request, *impl, timeout);
+  return wait_or_abandon(impl_->messenger(), *impl, timeout);
 }
 
 void Communicator::progress() { impl_->messenger().progress(); }

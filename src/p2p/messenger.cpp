@@ -286,18 +286,7 @@ void Messenger::drive(int sleep_ms) {
 }
 
 bool Messenger::test(RequestImpl& request) {
-  if (request.done.load(std::memory_order_acquire)) return true;
-  {
-    Lock lock(mu_);
-    if (driving_) return request.done.load(std::memory_order_acquire);
-    driving_ = true;
-  }
-  drive(0);
-  {
-    Lock lock(mu_);
-    driving_ = false;
-  }
-  cv_.notify_all();
+  if (!request.done.load(std::memory_order_acquire)) progress();
   return request.done.load(std::memory_order_acquire);
 }
 

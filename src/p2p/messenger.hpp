@@ -125,7 +125,6 @@ class Messenger final : public transport::FrameSink,
   std::unordered_map<std::uint64_t, RequestPtr> recvs_;  // rendezvous receives by id
   std::uint64_t next_id_ = 1;
   std::vector<RequestPtr> completed_;  // waiting for their callbacks to run
-  std::vector<char> discard_;
   bool closed_ = false;
 
   std::size_t eager_bytes_;

@@ -37,7 +37,6 @@ class Connection final : public base::FdHandler {
   // this call. The payload must stay valid until `done` runs.
   void queue_send(const FrameHeader& header, const void* payload, SendDone done);
   std::size_t queued_bytes() const { return queued_bytes_; }
-  bool send_idle() const { return sendq_.empty(); }
 
   // Stops reading (the sink deferred a frame) or asks the transport's poller to go on.
   void pause_reading();

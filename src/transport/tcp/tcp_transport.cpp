@@ -58,7 +58,9 @@ bool is_loopback(const std::string& host_port) {
 }  // namespace
 
 TcpTransport::TcpTransport(const TransportContext& context)
-    : context_(context), stream_count_(static_cast<int>(streams_setting.as_int())) {
+    : context_(context),
+      stream_count_(static_cast<int>(streams_setting.as_int())),
+      sockbuf_bytes_(static_cast<int>(sockbuf_setting.as_int())) {
   if (stream_count_ < 1 || stream_count_ > 64) {
     throw Error(ErrorKind::usage,
                 {.rank = context_.rank, .operation = "tcp.init",
@@ -138,8 +140,7 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
     const auto addr = base::SockAddr::parse(link.address, ctx);
     for (int s = 0; s < stream_count_; ++s) {
       base::Fd fd = base::connect_tcp(addr, deadline, ctx);
-      if (const auto bytes = sockbuf_setting.as_int(); bytes > 0)
-        base::set_buffer_sizes(fd.get(), static_cast<int>(bytes));
+      if (sockbuf_bytes_ > 0) base::set_buffer_sizes(fd.get(), sockbuf_bytes_);
       Handshake hello;
       hello.job_id = context_.job_id;
       hello.rank = static_cast<std::uint32_t>(context_.rank);
@@ -214,8 +215,7 @@ void TcpTransport::accept_pending() {
         base::log(base::LogLevel::warn, "tcp: accept() failed: ", base::errno_text(errno));
       return;
     }
-    if (const auto bytes = sockbuf_setting.as_int(); bytes > 0)
-      base::set_buffer_sizes(fd, static_cast<int>(bytes));
+    if (sockbuf_bytes_ > 0) base::set_buffer_sizes(fd, sockbuf_bytes_);
     accepting_.push_back(std::make_unique<Connection>(*this, base::Fd(fd),
                                                       Connection::State::awaiting_hello, -1, -1));
     accepting_deadlines_.push_back(base::deadline_after(hello_timeout));

@@ -78,6 +78,7 @@ class TcpTransport final : public Transport, private base::FdHandler {
 
   TransportContext context_;
   int stream_count_;
+  int sockbuf_bytes_;  // ANVIEW_TCP_SOCKBUF, read once
   base::Fd listener_;
   std::uint16_t port_ = 0;
   std::vector<std::string> published_;  // our addresses, "ip:port"
