@@ -42,7 +42,27 @@ void ProgressEngine::remove_fd(int fd) {
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
 }
 
-void ProgressEngine::add_poller(std::function<bool()> poller) { pollers_.push_back(std::move(poller)); }
+void ProgressEngine::add_poller(std::function<bool()> poller, std::function<bool()> has_work) {
+  pollers_.push_back(std::move(poller));
+  if (has_work) {
+    has_work_.push_back(std::move(has_work));
+  } else {
+    every_poller_has_hint_ = false;
+  }
+}
+
+bool ProgressEngine::pollers_may_have_work() const {
+  if (!every_poller_has_hint_) return true;
+  for (const auto& hint : has_work_)
+    if (hint()) return true;
+  return false;
+}
+
+void ProgressEngine::add_sleep_hooks(std::function<bool()> before_sleep,
+                                     std::function<void()> after_wake) {
+  before_sleep_.push_back(std::move(before_sleep));
+  after_wake_.push_back(std::move(after_wake));
+}
 
 void ProgressEngine::wakeup() {
   const std::uint64_t one = 1;
@@ -56,10 +76,17 @@ bool ProgressEngine::run_pollers() {
 }
 
 int ProgressEngine::wait_events(int timeout_ms) {
+  const bool sleeping = timeout_ms != 0 && !before_sleep_.empty();
+  if (sleeping) {
+    for (auto& hook : before_sleep_)
+      if (!hook()) timeout_ms = 0;
+  }
   int n;
   do {
     n = ::epoll_wait(epoll_.get(), events_, max_events, timeout_ms);
   } while (n < 0 && errno == EINTR);
+  if (sleeping)
+    for (auto& hook : after_wake_) hook();
   return n < 0 ? 0 : n;
 }
 

@@ -39,7 +39,20 @@ class ProgressEngine {
 
   // A poller is called on every poll(); it returns true when it did work. A poller with work
   // pending keeps poll() from sleeping. Pollers are added once and live as long as the engine.
-  void add_poller(std::function<bool()> poller);
+  // `has_work`, when given, tells cheaply and without the owner's lock (atomics only) whether
+  // the poller may have something to do; a spinning owner then skips rounds that would do
+  // nothing (see pollers_may_have_work()).
+  void add_poller(std::function<bool()> poller, std::function<bool()> has_work = {});
+  // False when every poller has a has_work hint and none reports work: a round of
+  // run_pollers() would do nothing. Runs on the driver's thread, possibly without the lock.
+  bool pollers_may_have_work() const;
+
+  // Hooks around sleeping, for pollers whose peers must be told to wake us (shared-memory
+  // rings): before_sleep() runs before wait_events() sleeps and returns false when work
+  // arrived meanwhile (then it does not sleep); after_wake() runs when it returns. Both run
+  // on the driver's thread, possibly without the owner's lock: they may touch only state
+  // that is safe for that (atomics).
+  void add_sleep_hooks(std::function<bool()> before_sleep, std::function<void()> after_wake);
 
   // Runs pollers and the handlers of ready fds. Sleeps up to timeout_ms (0: do not sleep, -1:
   // no limit) when there is nothing to do. Returns true when anything happened.
@@ -59,6 +72,10 @@ class ProgressEngine {
   Fd epoll_;
   Fd wakeup_fd_;
   std::vector<std::function<bool()>> pollers_;
+  std::vector<std::function<bool()>> has_work_;
+  bool every_poller_has_hint_ = true;
+  std::vector<std::function<bool()>> before_sleep_;
+  std::vector<std::function<void()>> after_wake_;
   static constexpr int max_events = 64;
   epoll_event events_[max_events];
 };

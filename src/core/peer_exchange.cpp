@@ -10,6 +10,7 @@ std::string encode_peer_info(const transport::PeerInfo& info) {
   j["host_id"] = info.host_id;
   j["pid"] = info.pid;
   j["tcp"] = info.tcp_addresses;
+  j["endpoints"] = info.endpoints;
   return j.dump();
 }
 
@@ -21,6 +22,8 @@ transport::PeerInfo decode_peer_info(const std::string& text, int expected_rank,
     info.host_id = j.at("host_id").get<std::string>();
     info.pid = j.value("pid", 0);
     info.tcp_addresses = j.at("tcp").get<std::vector<std::string>>();
+    if (j.contains("endpoints"))
+      info.endpoints = j.at("endpoints").get<std::map<std::string, std::string>>();
     if (info.rank != expected_rank) throw std::runtime_error("rank field does not match its key");
     return info;
   } catch (const std::exception& e) {

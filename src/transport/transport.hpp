@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,12 +35,17 @@ struct PeerInfo {
   std::string host_id;                    // same host id: same machine
   int pid = 0;                            // its process id (watched when on the same host)
   std::vector<std::string> tcp_addresses; // "ip:port", in the peer's preference order
+  // What other transports need to reach the peer, by transport name (the shm segment, ...);
+  // opaque to everyone but that transport, which checks it before use.
+  std::map<std::string, std::string> endpoints;
 };
 
 struct Capabilities {
   bool zero_copy_receive = false;  // payloads land in the posted buffer without a bounce copy
   bool one_sided = false;          // native put/get on registered memory
   int streams = 1;                 // parallel connections used per peer
+  bool fd_driven = false;          // traffic arrives on file descriptors: a spinning waiter
+                                   // must check epoll on every round, not now and then
   double latency_us = 0;           // small-message one-way estimate, for the tuner
   double bandwidth_gbs = 0;        // large-message estimate, for the tuner
 };
@@ -102,6 +108,12 @@ class Transport {
 
   virtual void post_send(int peer, const FrameHeader& header, const void* payload,
                          Ordering ordering, SendDone done) = 0;
+  // The fast path for small frames: hands the frame over at once, copied (the payload may be
+  // reused on return), and returns true; or returns false having sent nothing (the frame
+  // would have to wait: post_send it instead). Never reorders with frames queued before.
+  virtual bool try_send_now(int /*peer*/, const FrameHeader& /*header*/, const void* /*payload*/) {
+    return false;
+  }
   // Reading from `peer` may go on after a deferred Landing.
   virtual void resume(int peer) = 0;
   // Closes the link to `peer` with `error` (the upper layer cannot go on with it).

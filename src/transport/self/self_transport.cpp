@@ -5,7 +5,8 @@
 namespace anview::transport::self {
 
 SelfTransport::SelfTransport(const TransportContext& context) : context_(context) {
-  context_.engine->add_poller([this] { return deliver(); });
+  context_.engine->add_poller([this] { return deliver(); },
+                              [this] { return pending_.load(std::memory_order_acquire); });
 }
 
 Capabilities SelfTransport::capabilities() const {
@@ -22,11 +23,13 @@ bool SelfTransport::can_reach(const PeerInfo& peer, std::string* why) const {
 void SelfTransport::post_send(int, const FrameHeader& header, const void* payload, Ordering,
                               SendDone done) {
   queue_.push_back(Queued{header, payload, std::move(done)});
+  pending_.store(true, std::memory_order_release);
   context_.engine->wakeup();
 }
 
 void SelfTransport::resume(int) {
   paused_ = false;
+  pending_.store(!queue_.empty(), std::memory_order_release);
   context_.engine->wakeup();
 }
 
@@ -48,6 +51,7 @@ bool SelfTransport::deliver() {
       context_.sink->on_frame_done(context_.rank, q.header, landing.data);
     worked = true;
   }
+  pending_.store(!queue_.empty() && !paused_, std::memory_order_release);
   return worked;
 }
 

@@ -2,6 +2,7 @@
 // (never inside post_send, so the sink is not re-entered).
 #pragma once
 
+#include <atomic>
 #include <deque>
 
 #include "transport/transport.hpp"
@@ -38,6 +39,7 @@ class SelfTransport final : public Transport {
   TransportContext context_;
   std::deque<Queued> queue_;
   bool paused_ = false;
+  std::atomic<bool> pending_{false};  // frames to deliver (lock-free hint for the driver)
 };
 
 }  // namespace anview::transport::self

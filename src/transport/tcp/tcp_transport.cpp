@@ -1,6 +1,5 @@
 #include "transport/tcp/tcp_transport.hpp"
 
-#include <sys/syscall.h>
 #include <unistd.h>
 #include <sys/socket.h>
 
@@ -10,6 +9,7 @@
 
 #include "base/config.hpp"
 #include "base/log.hpp"
+#include "base/process_watch.hpp"
 #include "bootstrap/interfaces.hpp"
 
 namespace anview::transport::tcp {
@@ -26,30 +26,6 @@ const base::Setting sockbuf_setting(
     "SO_SNDBUF/SO_RCVBUF of data connections in bytes (0: kernel autotuning)");
 
 constexpr auto hello_timeout = std::chrono::seconds(10);
-
-// Watches a same-host peer's process through a pidfd, which turns readable when it exits.
-class ProcessExitWatch final : public base::FdHandler {
- public:
-  ProcessExitWatch(TcpTransport& owner, int peer, base::Fd pidfd)
-      : owner_(owner), peer_(peer), pidfd_(std::move(pidfd)) {
-    owner_.engine().add_fd(pidfd_.get(), EPOLLIN, this);
-  }
-  ~ProcessExitWatch() override {
-    if (armed_) owner_.engine().remove_fd(pidfd_.get());
-  }
-  void on_fd_events(std::uint32_t) override {
-    if (!armed_) return;
-    armed_ = false;
-    owner_.engine().remove_fd(pidfd_.get());
-    owner_.on_peer_process_exit(peer_);
-  }
-
- private:
-  TcpTransport& owner_;
-  int peer_;
-  base::Fd pidfd_;
-  bool armed_ = true;
-};
 
 bool is_loopback(const std::string& host_port) {
   return host_port.rfind("127.", 0) == 0 || host_port.rfind("[::1]", 0) == 0;
@@ -78,7 +54,8 @@ TcpTransport::TcpTransport(const TransportContext& context)
   }
   peers_.resize(static_cast<std::size_t>(context_.world_size));
   context_.engine->add_fd(listener_.get(), EPOLLIN, this);
-  context_.engine->add_poller([this] { return poll_housekeeping(); });
+  context_.engine->add_poller([this] { return poll_housekeeping(); },
+                              [this] { return housekeeping_.load(std::memory_order_acquire); });
 }
 
 TcpTransport::~TcpTransport() {
@@ -99,6 +76,7 @@ Capabilities TcpTransport::capabilities() const {
   return Capabilities{.zero_copy_receive = true,
                       .one_sided = false,
                       .streams = stream_count_,
+                      .fd_driven = true,
                       .latency_us = 10.0,
                       .bandwidth_gbs = 4.0};
 }
@@ -157,15 +135,13 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
 
 void TcpTransport::watch_process(const PeerInfo& peer) {
   if (peer.pid <= 0 || peer.rank == context_.rank || peer.host_id != context_.host_id) return;
-  // glibc 2.36's <sys/pidfd.h> lacks C linkage for C++; the system call is stable.
-  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, peer.pid, 0));
-  if (fd < 0) {  // an old kernel or a sandbox: the end of the stream still tells, later
-    base::log(base::LogLevel::debug, "tcp: cannot watch rank ", peer.rank, " (pid ", peer.pid,
-              "): pidfd_open: ", base::errno_text(errno));
-    return;
-  }
-  peers_[static_cast<std::size_t>(peer.rank)].exit_watch =
-      std::make_unique<ProcessExitWatch>(*this, peer.rank, base::Fd(fd));
+  std::string why;
+  const int rank = peer.rank;
+  auto watch = base::ProcessWatch::start(
+      *context_.engine, peer.pid, [this, rank] { on_peer_process_exit(rank); }, &why);
+  // Without a watch (an old kernel, a sandbox) the end of the stream still tells, later.
+  if (!watch) base::log(base::LogLevel::debug, "tcp: cannot watch rank ", rank, ": ", why);
+  peers_[static_cast<std::size_t>(rank)].exit_watch = std::move(watch);
 }
 
 void TcpTransport::on_peer_process_exit(int peer) {
@@ -216,6 +192,7 @@ void TcpTransport::accept_pending() {
       return;
     }
     if (sockbuf_bytes_ > 0) base::set_buffer_sizes(fd, sockbuf_bytes_);
+    housekeeping_.store(true, std::memory_order_release);
     accepting_.push_back(std::make_unique<Connection>(*this, base::Fd(fd),
                                                       Connection::State::awaiting_hello, -1, -1));
     accepting_deadlines_.push_back(base::deadline_after(hello_timeout));
@@ -417,10 +394,14 @@ void TcpTransport::fail_link(int peer, const Error& error) {
 
 void TcpTransport::fail_peer(int peer, const Error& error) { fail_link(peer, error); }
 
-void TcpTransport::retire(std::unique_ptr<Connection> conn) { retired_.push_back(std::move(conn)); }
+void TcpTransport::retire(std::unique_ptr<Connection> conn) {
+  retired_.push_back(std::move(conn));
+  housekeeping_.store(true, std::memory_order_release);
+}
 
 void TcpTransport::want_resume(Connection& conn) {
   resume_wanted_.push_back(&conn);
+  housekeeping_.store(true, std::memory_order_release);
   context_.engine->wakeup();
 }
 
@@ -447,6 +428,8 @@ bool TcpTransport::poll_housekeeping() {
       accepting_deadlines_.erase(accepting_deadlines_.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
+  // Connections waiting for a hello need their deadline checked on later rounds too.
+  housekeeping_.store(!accepting_.empty(), std::memory_order_release);
   if (resume_wanted_.empty()) return false;
   std::vector<Connection*> wanted;
   wanted.swap(resume_wanted_);

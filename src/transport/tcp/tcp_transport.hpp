@@ -4,10 +4,12 @@
 // order; bulk data frames go to the stream with the least queued bytes.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "base/process_watch.hpp"
 #include "transport/tcp/connection.hpp"
 #include "transport/transport.hpp"
 
@@ -56,7 +58,7 @@ class TcpTransport final : public Transport, private base::FdHandler {
     bool draining = false;              // reading the other streams of a dead peer
     bool was_up = false;                // every stream was established once
     std::optional<Error> setup_error;   // failed before it was up
-    std::unique_ptr<base::FdHandler> exit_watch;  // pidfd of a same-host peer
+    std::unique_ptr<base::ProcessWatch> exit_watch;  // pidfd of a same-host peer
   };
   void count_established(PeerLink& link);
   void watch_process(const PeerInfo& peer);
@@ -87,6 +89,8 @@ class TcpTransport final : public Transport, private base::FdHandler {
   std::vector<base::Deadline> accepting_deadlines_;
   std::vector<std::unique_ptr<Connection>> retired_;  // closed; freed on the next poll
   std::vector<Connection*> resume_wanted_;
+  // Something above needs poll_housekeeping() (a lock-free hint for the spinning driver).
+  std::atomic<bool> housekeeping_{false};
   bool closing_ = false;
   std::vector<char> discard_;  // landing for frames that arrive while closing
 };

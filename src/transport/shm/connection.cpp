@@ -1,0 +1,533 @@
+#include "transport/shm/connection.hpp"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include "base/log.hpp"
+#include "transport/shm/shm_transport.hpp"
+
+namespace anview::transport::shm {
+namespace {
+
+// Send callbacks collected in one flush; most flushes complete a frame or two, held inline.
+class Finished {
+ public:
+  void add(SendDone done) {
+    if (count_ < inline_.size()) {
+      inline_[count_++] = std::move(done);
+    } else {
+      more_.push_back(std::move(done));
+    }
+  }
+  void run() {
+    for (std::size_t i = 0; i < count_; ++i) inline_[i](nullptr);
+    for (auto& done : more_) done(nullptr);
+  }
+
+ private:
+  std::array<SendDone, 4> inline_;
+  std::size_t count_ = 0;
+  std::vector<SendDone> more_;
+};
+
+}  // namespace
+
+Connection::Connection(ShmTransport& owner, int peer, const Endpoint& endpoint)
+    : owner_(owner), peer_(peer), endpoint_(endpoint) {
+  peer_wake_.sun_family = AF_UNIX;
+  // Abstract namespace: the name starts with a zero byte and is not NUL-terminated.
+  const std::size_t n = std::min(endpoint.wake_name.size(), sizeof peer_wake_.sun_path - 1);
+  std::memcpy(peer_wake_.sun_path + 1, endpoint.wake_name.data(), n);
+  peer_wake_len_ = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+}
+
+bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try_single_copy,
+                        std::string* why) {
+  const int me = owner_.rank();
+  // The ring we write: slot `me` of the peer's segment, plus its control page.
+  const int fd = open_peer_segment(endpoint_.pid, endpoint_.segment_fd, why);
+  if (fd < 0) return false;
+  base::Fd peer_segment(fd);
+  peer_control_page_ = map_shared(fd, 0, page_bytes, why);
+  if (!peer_control_page_) return false;
+  peer_control_ = reinterpret_cast<SegmentControl*>(peer_control_page_.data());
+  if (peer_control_->magic != segment_magic || peer_control_->version != segment_version ||
+      peer_control_->ring_bytes != endpoint_.ring_bytes ||
+      peer_control_->slots <= static_cast<std::uint32_t>(me)) {
+    if (why) {
+      *why = "its segment is not an anview v" + std::to_string(segment_version) +
+             " segment with a slot for rank " + std::to_string(me) + " (magic 0x" +
+             std::to_string(peer_control_->magic) + ", version " +
+             std::to_string(peer_control_->version) + ")";
+    }
+    return false;
+  }
+  out_slot_ =
+      map_shared(fd, slot_offset(me, endpoint_.ring_bytes), slot_bytes(endpoint_.ring_bytes), why);
+  if (!out_slot_) return false;
+  out_control_ = reinterpret_cast<RingControl*>(out_slot_.data());
+
+  // The ring we read: slot `peer` of our segment. We are its consumer and initialise it.
+  in_slot_ = map_shared(own_segment_fd, slot_offset(peer_, own_ring_bytes),
+                        slot_bytes(own_ring_bytes), why);
+  if (!in_slot_) return false;
+  auto* in_control = reinterpret_cast<RingControl*>(in_slot_.data());
+  if (try_single_copy) {
+    reads_by_reference_ =
+        probe_cross_memory_attach(endpoint_.pid, endpoint_.probe_address, &single_copy_note_);
+  } else {
+    single_copy_note_ = "single copy disabled by ANVIEW_SHM_CMA=0";
+  }
+  in_control->magic = ring_magic;
+  in_control->version = ring_version;
+  in_control->capacity = own_ring_bytes;
+  in_control->consumer_flags = reads_by_reference_ ? consumer_reads_by_reference : 0;
+  in_control->head.store(0, std::memory_order_relaxed);
+  in_control->tail.store(0, std::memory_order_relaxed);
+  in_control->ready.store(1, std::memory_order_release);
+  in_.attach(in_control, in_slot_.data() + ring_data_offset);
+  return true;
+}
+
+bool Connection::check_up(std::string* why) {
+  if (state_ != State::connecting) return state_ == State::up;
+  if (out_control_->ready.load(std::memory_order_acquire) == 0) return false;
+  if (out_control_->magic != ring_magic || out_control_->version != ring_version ||
+      out_control_->capacity != endpoint_.ring_bytes) {
+    if (why) {
+      *why = "the ring rank " + std::to_string(peer_) + " prepared for us has version " +
+             std::to_string(out_control_->version) + " and capacity " +
+             std::to_string(out_control_->capacity) + "; expected v" +
+             std::to_string(ring_version) + " and " + std::to_string(endpoint_.ring_bytes);
+    }
+    return false;
+  }
+  peer_reads_by_reference_ = (out_control_->consumer_flags & consumer_reads_by_reference) != 0;
+  out_.attach(out_control_, out_slot_.data() + ring_data_offset);
+  state_ = State::up;
+  readable_.store(true, std::memory_order_relaxed);
+  connecting_.store(false, std::memory_order_relaxed);
+  return true;
+}
+
+void Connection::send(const FrameHeader& header, const void* payload, Ordering ordering,
+                      SendDone done) {
+  Pending p{header, static_cast<const char*>(payload)};
+  p.by_reference = peer_reads_by_reference_ && header.payload_bytes > owner_.single_copy_bytes();
+  p.any_order = ordering == Ordering::any_stream;
+  if (sendq_.empty() && controls_.empty() && !goodbye_queued_ && state_ == State::up) {
+    // The fast path: nothing queued ahead, so the frame goes straight into the ring.
+    if (p.by_reference) p.done = std::move(done);
+    const bool complete = write_frame(p);
+    if (p.started) {
+      out_.publish();
+      wake_peer();
+    }
+    if (complete) {
+      if (!p.by_reference && done) done(nullptr);
+      return;
+    }
+    if (!p.by_reference) p.done = std::move(done);
+    sendq_.push_back(std::move(p));
+    update_blocked();
+    return;
+  }
+  p.done = std::move(done);
+  sendq_.push_back(std::move(p));
+  flush();
+}
+
+bool Connection::try_send_now(const FrameHeader& header, const void* payload) {
+  if (state_ != State::up || !sendq_.empty() || !controls_.empty() || goodbye_queued_) return false;
+  const std::size_t bytes = header.payload_bytes;
+  if (bytes > out_.max_body() - sizeof(FrameHeader) ||
+      (peer_reads_by_reference_ && bytes > owner_.single_copy_bytes())) {
+    return false;
+  }
+  char* body = out_.reserve(RecordKind::frame, sizeof(FrameHeader) + bytes);
+  if (body == nullptr) return false;
+  std::memcpy(body, &header, sizeof header);
+  if (bytes > 0) std::memcpy(body + sizeof header, payload, bytes);
+  out_.publish();
+  wake_peer();
+  return true;
+}
+
+bool Connection::write_frame(Pending& p) {
+  const std::size_t payload = p.header.payload_bytes;
+  if (!p.started) {
+    if (p.by_reference) {
+      char* body = out_.reserve(RecordKind::frame_ref, sizeof(FrameHeader) + sizeof(PayloadRef));
+      if (body == nullptr) return false;
+      const PayloadRef ref{reinterpret_cast<std::uint64_t>(p.payload), next_cookie_++,
+                           p.any_order ? ref_any_order : 0};
+      std::memcpy(body, &p.header, sizeof(FrameHeader));
+      std::memcpy(body + sizeof(FrameHeader), &ref, sizeof ref);
+      awaiting_ack_.emplace(ref.cookie, Offered{std::move(p.done), p.payload, payload});
+      p.sent = payload;
+      p.started = true;
+      return true;
+    }
+    const std::size_t first = std::min(payload, out_.max_body() - sizeof(FrameHeader));
+    char* body = out_.reserve(RecordKind::frame, sizeof(FrameHeader) + first);
+    if (body == nullptr) return false;
+    std::memcpy(body, &p.header, sizeof(FrameHeader));
+    if (first > 0) std::memcpy(body + sizeof(FrameHeader), p.payload, first);
+    p.sent = first;
+    p.started = true;
+  }
+  while (p.sent < payload) {
+    const std::size_t n = std::min(payload - p.sent, out_.max_body());
+    char* body = out_.reserve(RecordKind::fragment, n);
+    if (body == nullptr) return false;
+    std::memcpy(body, p.payload + p.sent, n);
+    p.sent += n;
+  }
+  return true;
+}
+
+bool Connection::flush() {
+  if (state_ != State::up) return false;
+  if (controls_.empty() && sendq_.empty() && !goodbye_queued_) {
+    // The common case on every poll: nothing waits, and the consumer's cache lines stay put.
+    if (blocked_.load(std::memory_order_relaxed)) blocked_.store(false, std::memory_order_relaxed);
+    return false;
+  }
+  bool wrote = false;
+  while (!controls_.empty()) {
+    const Control& c = controls_.front();
+    const std::size_t bytes =
+        c.kind == RecordKind::push ? sizeof(PushRequest) : sizeof(std::uint64_t);
+    char* body = out_.reserve(c.kind, bytes);
+    if (body == nullptr) break;
+    std::memcpy(body, &c.push, bytes);  // the cookie is PushRequest's first field
+    controls_.pop_front();
+    wrote = true;
+  }
+  // Frames complete (their buffers may be reused) once written; by-reference ones on their ack.
+  // Their callbacks are taken out of the queue before any runs: a callback may post again.
+  Finished finished;
+  while (controls_.empty() && !sendq_.empty()) {
+    Pending& p = sendq_.front();
+    const bool started = p.started;
+    const std::size_t sent = p.sent;
+    const bool complete = write_frame(p);
+    wrote |= p.started != started || p.sent != sent;
+    if (!complete) break;
+    if (!p.by_reference && p.done) finished.add(std::move(p.done));
+    sendq_.pop_front();
+  }
+  if (controls_.empty() && sendq_.empty() && goodbye_queued_) {
+    if (out_.reserve(RecordKind::goodbye, 0) != nullptr) {
+      goodbye_queued_ = false;
+      wrote = true;
+    }
+  }
+  if (wrote) {
+    out_.publish();
+    wake_peer();
+  }
+  update_blocked();
+  finished.run();
+  return wrote;
+}
+
+void Connection::update_blocked() {
+  const bool blocked = !controls_.empty() || !sendq_.empty() || goodbye_queued_;
+  if (blocked)
+    blocked_at_tail_.store(out_control_->tail.load(std::memory_order_acquire),
+                           std::memory_order_relaxed);
+  blocked_.store(blocked, std::memory_order_relaxed);
+}
+
+void Connection::say_goodbye() {
+  goodbye_queued_ = true;
+  flush();
+}
+
+void Connection::wake_peer() {
+  // Pairs with ShmTransport::before_sleep: our seq_cst publish of head (or tail) is ordered
+  // before this load, its seq_cst store of `sleeping` before its check of our ring.
+  if (peer_control_->sleeping.load(std::memory_order_seq_cst) == 0) return;
+  if (peer_control_->sleeping.exchange(0, std::memory_order_seq_cst) == 0) return;
+  const char byte = 1;
+  // Failure is harmless: a full socket already holds a wake-up; a dead peer is seen by pidfd.
+  [[maybe_unused]] ssize_t n =
+      ::sendto(owner_.wake_socket(), &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+               reinterpret_cast<const sockaddr*>(&peer_wake_), peer_wake_len_);
+}
+
+bool Connection::work_pending() const {
+  if (!readable_.load(std::memory_order_relaxed)) return false;
+  if (!paused_.load(std::memory_order_relaxed) && in_.has_data()) return true;
+  return blocked_.load(std::memory_order_relaxed) &&
+         out_control_->tail.load(std::memory_order_seq_cst) !=
+             blocked_at_tail_.load(std::memory_order_relaxed);
+}
+
+bool Connection::receive(bool may_defer) {
+  if (state_ != State::up) return false;
+  bool worked = false;
+  while (state_ == State::up && !paused_.load(std::memory_order_relaxed)) {
+    RingReader::Record record;
+    std::string error;
+    if (!in_.peek(record, error)) {
+      if (!error.empty()) corrupt(error);
+      break;
+    }
+    bool consumed = true;
+    if (!handle(record, may_defer, consumed)) break;  // the link failed
+    if (!consumed) break;                             // the sink deferred it
+    in_.pop(record);
+    worked = true;
+    if (goodbye_received_) break;
+  }
+  if (worked && state_ == State::up) {
+    in_.publish();
+    wake_peer();  // it may wait for ring space
+  }
+  if (!controls_.empty()) flush();
+  return worked;
+}
+
+bool Connection::handle(const RingReader::Record& r, bool may_defer, bool& consumed) {
+  FrameHeader h;
+  switch (r.kind) {
+    case RecordKind::frame:
+    case RecordKind::frame_ref: {
+      if (assembling_) {
+        corrupt("a new frame began while " + std::to_string(current_.payload_bytes - received_) +
+                " bytes of the previous one were missing");
+        return false;
+      }
+      const bool by_ref = r.kind == RecordKind::frame_ref;
+      if (r.bytes < sizeof h || (by_ref && r.bytes != sizeof h + sizeof(PayloadRef))) {
+        corrupt("a frame record of " + std::to_string(r.bytes) + " bytes");
+        return false;
+      }
+      std::memcpy(&h, r.body, sizeof h);
+      const std::size_t inline_bytes = by_ref ? 0 : r.bytes - sizeof h;
+      if (h.reserved != 0 || h.payload_bytes > max_frame_payload ||
+          inline_bytes > h.payload_bytes || (by_ref && !reads_by_reference_)) {
+        corrupt("a frame header announcing " + std::to_string(h.payload_bytes) +
+                " payload bytes (" + std::to_string(inline_bytes) + " inline" +
+                (by_ref ? ", by reference" : "") + ")");
+        return false;
+      }
+      const Landing landing = owner_.sink().on_frame(peer_, h, may_defer);
+      if (state_ != State::up) return false;
+      if (landing.defer) {
+        paused_.store(true, std::memory_order_relaxed);
+        consumed = false;
+        return true;
+      }
+      if (by_ref) {
+        PayloadRef ref;
+        std::memcpy(&ref, r.body + sizeof h, sizeof ref);
+        return handle_frame_ref(h, ref, landing);
+      }
+      if (landing.data != nullptr && inline_bytes > 0)
+        std::memcpy(landing.data, r.body + sizeof h, inline_bytes);
+      if (inline_bytes == h.payload_bytes) {
+        deliver_done(h, landing.data);
+        return state_ == State::up;
+      }
+      assembling_ = true;
+      current_ = h;
+      landing_ = landing;
+      received_ = inline_bytes;
+      return true;
+    }
+    case RecordKind::fragment: {
+      if (!assembling_ || r.bytes == 0 || r.bytes > current_.payload_bytes - received_) {
+        corrupt("a fragment of " + std::to_string(r.bytes) + " bytes " +
+                (assembling_ ? "past the end of its frame" : "outside any frame"));
+        return false;
+      }
+      if (landing_.data != nullptr)
+        std::memcpy(static_cast<char*>(landing_.data) + received_, r.body, r.bytes);
+      received_ += r.bytes;
+      if (received_ == current_.payload_bytes) {
+        assembling_ = false;
+        deliver_done(current_, landing_.data);
+        return state_ == State::up;
+      }
+      return true;
+    }
+    case RecordKind::ack: {
+      std::uint64_t cookie = 0;
+      if (r.bytes == sizeof cookie) std::memcpy(&cookie, r.body, sizeof cookie);
+      auto it = awaiting_ack_.find(cookie);
+      if (it == awaiting_ack_.end()) {
+        corrupt("an acknowledgement of a payload that was never offered");
+        return false;
+      }
+      SendDone done = std::move(it->second.done);
+      awaiting_ack_.erase(it);
+      if (done) done(nullptr);
+      return state_ == State::up;
+    }
+    case RecordKind::push: {
+      PushRequest push{};
+      if (r.bytes != sizeof push) {
+        corrupt("a push request of " + std::to_string(r.bytes) + " bytes");
+        return false;
+      }
+      std::memcpy(&push, r.body, sizeof push);
+      return handle_push(push);
+    }
+    case RecordKind::pushed: {
+      std::uint64_t cookie = 0;
+      if (r.bytes == sizeof cookie) std::memcpy(&cookie, r.body, sizeof cookie);
+      auto it = splits_.find(cookie);
+      if (it == splits_.end()) {
+        corrupt("a pushed note for a copy that was never split");
+        return false;
+      }
+      const Split split = it->second;
+      splits_.erase(it);
+      controls_.push_back(Control{RecordKind::ack, PushRequest{cookie, 0, 0, 0}});
+      deliver_done(split.header, split.landing);
+      return state_ == State::up;
+    }
+    case RecordKind::goodbye:
+      if (r.bytes != 0 || assembling_) {
+        corrupt("a goodbye in the middle of a frame");
+        return false;
+      }
+      goodbye_received_ = true;
+      return true;
+    case RecordKind::pad:
+      break;  // skipped by the reader
+  }
+  corrupt("an unexpected record kind");
+  return false;
+}
+
+bool Connection::handle_frame_ref(const FrameHeader& h, const PayloadRef& ref,
+                                  const Landing& landing) {
+  const std::size_t bytes = h.payload_bytes;
+  if (landing.data == nullptr) {  // nothing to copy (a dropped payload): just release it
+    controls_.push_back(Control{RecordKind::ack, PushRequest{ref.cookie, 0, 0, 0}});
+    return true;
+  }
+  // A large payload that may complete out of order is copied by both processes at once: we
+  // read the first part while the producer writes the rest into our buffer. One copy of the
+  // bytes, on two cores.
+  const std::size_t split_min = owner_.split_bytes();
+  if ((ref.flags & ref_any_order) != 0 && split_min > 0 && bytes >= split_min &&
+      peer_reads_by_reference_) {
+    if (splits_.count(ref.cookie) != 0) {
+      corrupt("a payload offered twice under one cookie");
+      return false;
+    }
+    const std::size_t ours = (bytes / 2) & ~(page_bytes - 1);
+    auto* landing_bytes = static_cast<char*>(landing.data);
+    controls_.push_back(
+        Control{RecordKind::push,
+                PushRequest{ref.cookie, reinterpret_cast<std::uint64_t>(landing_bytes + ours), ours,
+                            bytes - ours}});
+    flush();  // publish the request before we copy, so the producer copies meanwhile
+    if (state_ != State::up || !read_by_reference(landing.data, ref.address, ours)) return false;
+    splits_.emplace(ref.cookie, Split{h, landing.data});
+    return true;
+  }
+  if (!read_by_reference(landing.data, ref.address, bytes)) return false;
+  controls_.push_back(Control{RecordKind::ack, PushRequest{ref.cookie, 0, 0, 0}});
+  deliver_done(h, landing.data);
+  return state_ == State::up;
+}
+
+bool Connection::handle_push(const PushRequest& push) {
+  auto it = awaiting_ack_.find(push.cookie);
+  if (it == awaiting_ack_.end() || push.bytes == 0 || push.offset > it->second.bytes ||
+      push.bytes > it->second.bytes - push.offset) {
+    corrupt("a push request outside any offered payload (offset " + std::to_string(push.offset) +
+            ", " + std::to_string(push.bytes) + " bytes)");
+    return false;
+  }
+  if (!write_by_reference(push.destination, it->second.payload + push.offset, push.bytes))
+    return false;
+  controls_.push_back(Control{RecordKind::pushed, PushRequest{push.cookie, 0, 0, 0}});
+  return true;
+}
+
+void Connection::deliver_done(const FrameHeader& header, void* data) {
+  if (data != nullptr || header.payload_bytes == 0)
+    owner_.sink().on_frame_done(peer_, header, data);
+}
+
+bool Connection::read_by_reference(void* to, std::uint64_t from, std::size_t bytes) {
+  return copy_by_reference(false, static_cast<char*>(to), from, bytes);
+}
+
+bool Connection::write_by_reference(std::uint64_t to, const char* from, std::size_t bytes) {
+  return copy_by_reference(true, const_cast<char*>(from), to, bytes);
+}
+
+bool Connection::copy_by_reference(bool to_peer, char* local, std::uint64_t remote,
+                                   std::size_t bytes) {
+  std::size_t done = 0;
+  while (done < bytes) {
+    iovec here{local + done, bytes - done};
+    iovec there{reinterpret_cast<void*>(remote + done), bytes - done};
+    const ssize_t n = to_peer ? ::process_vm_writev(endpoint_.pid, &here, 1, &there, 1, 0)
+                              : ::process_vm_readv(endpoint_.pid, &here, 1, &there, 1, 0);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const int err = n < 0 ? errno : EIO;
+    const std::string who = "rank " + std::to_string(peer_);
+    ErrorContext ctx = owner_.error_context(peer_, "transfer");
+    if (err == ESRCH) {
+      ctx.cause = "the process of " + who + " (pid " + std::to_string(endpoint_.pid) +
+                  ") ended while we " + (to_peer ? "wrote a message into" : "read a message from") +
+                  " its memory";
+    } else {
+      ctx.cause = std::string(to_peer ? "writing " : "reading ") + std::to_string(bytes) +
+                  " bytes " + (to_peer ? "into " : "from ") + who +
+                  "'s memory failed: " + (to_peer ? "process_vm_writev: " : "process_vm_readv: ") +
+                  base::errno_text(err) + (err == EFAULT ? " (an invalid buffer was offered)" : "");
+    }
+    const ErrorKind kind = err == ESRCH    ? ErrorKind::peer_lost
+                           : err == EFAULT ? ErrorKind::protocol
+                                           : ErrorKind::link;
+    owner_.fail_link(peer_, Error(kind, std::move(ctx)));
+    return false;
+  }
+  return true;
+}
+
+void Connection::corrupt(const std::string& what) {
+  ErrorContext ctx = owner_.error_context(peer_, "transfer");
+  ctx.cause = "the shared-memory ring from rank " + std::to_string(peer_) +
+              " holds invalid data (" + what + "); the link is closed";
+  owner_.fail_link(peer_, Error(ErrorKind::protocol, std::move(ctx)));
+}
+
+void Connection::close(const Error& error) {
+  state_ = State::closed;
+  readable_.store(false, std::memory_order_relaxed);
+  connecting_.store(false, std::memory_order_relaxed);
+  blocked_.store(false, std::memory_order_relaxed);
+  std::vector<SendDone> waiting;
+  for (auto& p : sendq_)
+    if (p.done) waiting.push_back(std::move(p.done));
+  for (auto& [cookie, offered] : awaiting_ack_)
+    if (offered.done) waiting.push_back(std::move(offered.done));
+  sendq_.clear();
+  awaiting_ack_.clear();
+  controls_.clear();
+  splits_.clear();
+  goodbye_queued_ = false;
+  for (auto& done : waiting) done(&error);
+}
+
+}  // namespace anview::transport::shm

@@ -1,0 +1,147 @@
+#include "transport/shm/handshake.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <sstream>
+
+#include "base/socket.hpp"
+
+namespace anview::transport::shm {
+namespace {
+
+bool parse_number(const std::string& text, int base, std::uint64_t& out) {
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, out, base);
+  return ec == std::errc() && ptr == end && !text.empty();
+}
+
+}  // namespace
+
+std::string encode_endpoint(const Endpoint& e) {
+  std::ostringstream out;
+  out << "v" << segment_version << " pid=" << e.pid << " fd=" << e.segment_fd
+      << " ring=" << e.ring_bytes << " wake=" << e.wake_name << " probe=" << std::hex
+      << e.probe_address;
+  return out.str();
+}
+
+bool decode_endpoint(const std::string& text, Endpoint& out, std::string* why) {
+  std::istringstream in(text);
+  std::string word;
+  std::string version = "v";  // built by appending: GCC 12 -O3 warns about "v" + string
+  version += std::to_string(segment_version);
+  if (!(in >> word) || word != version) {
+    if (why) {
+      *why = "its shm endpoint has layout version '";
+      *why += word;
+      *why += "', this build speaks ";
+      *why += version;
+    }
+    return false;
+  }
+  Endpoint e;
+  int fields = 0;
+  while (in >> word) {
+    const auto eq = word.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = word.substr(0, eq);
+    const std::string value = word.substr(eq + 1);
+    std::uint64_t number = 0;
+    bool ok = true;
+    if (key == "pid") {
+      ok = parse_number(value, 10, number) && number > 0 && number < (1u << 31);
+      e.pid = static_cast<int>(number);
+    } else if (key == "fd") {
+      ok = parse_number(value, 10, number) && number < (1u << 31);
+      e.segment_fd = static_cast<int>(number);
+    } else if (key == "ring") {
+      ok = parse_number(value, 10, number) && number >= 4096 && number <= (1ull << 30) &&
+           (number & (number - 1)) == 0;
+      e.ring_bytes = number;
+    } else if (key == "wake") {
+      ok = !value.empty() && value.size() < 100;
+      e.wake_name = value;
+    } else if (key == "probe") {
+      ok = parse_number(value, 16, number);
+      e.probe_address = number;
+    } else {
+      continue;  // a newer minor field
+    }
+    if (!ok) {
+      if (why) *why = "its shm endpoint has a bad '" + key + "' field: '" + value + "'";
+      return false;
+    }
+    ++fields;
+  }
+  if (fields < 5) {
+    if (why) *why = "its shm endpoint lacks fields: '" + text + "'";
+    return false;
+  }
+  out = e;
+  return true;
+}
+
+Mapping& Mapping::operator=(Mapping&& other) noexcept {
+  if (this != &other) {
+    if (address_) ::munmap(address_, bytes_);
+    address_ = other.address_;
+    bytes_ = other.bytes_;
+    other.address_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+Mapping::~Mapping() {
+  if (address_) ::munmap(address_, bytes_);
+}
+
+Mapping map_shared(int fd, std::size_t offset, std::size_t bytes, std::string* why) {
+  void* p =
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+  if (p == MAP_FAILED) {
+    if (why)
+      *why = "mmap of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+             ": " + base::errno_text(errno);
+    return {};
+  }
+  return Mapping(p, bytes);
+}
+
+int open_peer_segment(int pid, int fd, std::string* why) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int opened = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (opened < 0 && why) {
+    *why = "cannot open its segment " + path + ": " + base::errno_text(errno) +
+           " (processes in different containers or pid namespaces? then use "
+           "ANVIEW_TRANSPORTS=tcp, or give each container its own ANVIEW_HOST_ID)";
+  }
+  return opened;
+}
+
+bool probe_cross_memory_attach(int pid, std::uint64_t address, std::string* why) {
+  std::uint64_t value = 0;
+  iovec local{&value, sizeof value};
+  iovec remote{reinterpret_cast<void*>(address), sizeof value};
+  const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+  if (n == static_cast<ssize_t>(sizeof value) && value == probe_value) return true;
+  if (why) {
+    if (n < 0 && (errno == EPERM || errno == EACCES)) {
+      *why = "cross-memory attach refused (" + base::errno_text(errno) +
+             "): ptrace is restricted here (kernel.yama.ptrace_scope, a container's seccomp "
+             "profile or missing CAP_SYS_PTRACE)";
+    } else if (n < 0) {
+      *why = "cross-memory attach failed: process_vm_readv: " + base::errno_text(errno);
+    } else {
+      *why = "cross-memory attach read the wrong bytes (not the same process?)";
+    }
+  }
+  return false;
+}
+
+}  // namespace anview::transport::shm

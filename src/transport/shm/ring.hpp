@@ -1,0 +1,229 @@
+// One direction of a shared-memory link: a single-producer single-consumer byte ring of
+// variable-length records, in memory both processes map. Lock-free: the producer publishes
+// with a release store of `head`, the consumer frees space with a release store of `tail`.
+// Each side writes only its own cache lines (Seastar's SPSC queue layout), so the two cores do
+// not fight over one line. Records never wrap: one that does not fit before the end of the ring
+// is preceded by a pad record that skips to the start.
+//
+// The other process is not trusted: everything read from the ring (record headers, lengths,
+// sequence numbers) is checked before use, and a bad record fails the link, never the process.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace anview::transport::shm {
+
+inline constexpr std::size_t cache_line = 64;
+inline constexpr std::uint32_t ring_magic = 0x52564e41;  // "ANVR"
+inline constexpr std::uint32_t ring_version = 1;
+
+// Set by the consumer in RingControl::consumer_flags.
+inline constexpr std::uint32_t consumer_reads_by_reference = 1;  // it can read our memory (CMA)
+
+// The start of a ring slot. The consumer (the segment's owner) initialises it and then sets
+// `ready`; the producer uses the ring only after it saw `ready`.
+struct RingControl {
+  alignas(cache_line) std::atomic<std::uint32_t> ready;  // 0 until the consumer attached
+  std::uint32_t magic;
+  std::uint32_t version;
+  std::uint32_t consumer_flags;
+  std::uint64_t capacity;                               // bytes of ring data, a power of two
+  alignas(cache_line) std::atomic<std::uint64_t> head;  // producer: bytes published
+  alignas(cache_line) std::atomic<std::uint64_t> tail;  // consumer: bytes consumed
+};
+static_assert(sizeof(RingControl) == 3 * cache_line);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+inline constexpr std::size_t ring_data_offset = 4096;  // data starts on its own page
+
+enum class RecordKind : std::uint8_t {
+  frame = 1,      // FrameHeader, then the first bytes of its payload (fragments follow)
+  fragment = 2,   // more payload of the frame in assembly
+  frame_ref = 3,  // FrameHeader + PayloadRef: the consumer reads the payload from our memory
+  ack = 4,        // a PayloadRef's payload was read (8-byte cookie)
+  goodbye = 5,    // the producer closed its communicator
+  pad = 6,        // skip to the start of the ring
+  push = 7,       // PushRequest: write this part of a frame_ref payload into our memory
+  pushed = 8,     // the part asked for by a push was written (8-byte cookie)
+};
+
+inline constexpr std::uint16_t record_magic = 0xA5E1;
+
+struct RecordHeader {
+  std::uint16_t magic;
+  RecordKind kind;
+  std::uint8_t reserved;
+  std::uint32_t bytes;  // record body bytes after this header
+  std::uint64_t seq;    // records are numbered from 1 per ring, pads included
+};
+static_assert(sizeof(RecordHeader) == 16);
+
+struct PayloadRef {
+  std::uint64_t address;  // in the producer's address space
+  std::uint64_t cookie;   // echoed in push, pushed and ack
+  std::uint64_t flags;    // ref_any_order
+};
+// The frame may complete after frames behind it (bulk data with its own offset), so the
+// consumer may split its copy with the producer.
+inline constexpr std::uint64_t ref_any_order = 1;
+
+struct PushRequest {
+  std::uint64_t cookie;
+  std::uint64_t destination;  // in the consumer's address space
+  std::uint64_t offset;       // into the payload
+  std::uint64_t bytes;
+};
+
+inline constexpr std::size_t record_align = 16;  // so a pad always has room for its header
+inline constexpr std::size_t record_size(std::size_t body) {
+  return (sizeof(RecordHeader) + body + record_align - 1) & ~(record_align - 1);
+}
+
+// The producer's view of a ring.
+class RingWriter {
+ public:
+  void attach(RingControl* control, char* data) {
+    control_ = control;
+    data_ = data;
+    capacity_ = control->capacity;
+    head_ = control->head.load(std::memory_order_relaxed);
+    tail_ = control->tail.load(std::memory_order_acquire);
+  }
+  bool attached() const { return control_ != nullptr; }
+  std::size_t capacity() const { return capacity_; }
+  // The largest record body one reservation may hold: a quarter of the ring, so a record
+  // always fits once the consumer caught up.
+  std::size_t max_body() const { return capacity_ / 4 - sizeof(RecordHeader); }
+
+  // Room for one record with `body` bytes, or null when the ring is full now. The record is
+  // invisible to the consumer until publish().
+  char* reserve(RecordKind kind, std::size_t body) {
+    const std::size_t size = record_size(body);
+    const std::size_t offset = head_ & (capacity_ - 1);
+    const std::size_t pad = offset + size > capacity_ ? capacity_ - offset : 0;
+    if (!has_room(pad + size)) return nullptr;
+    if (pad > 0) {
+      write_header(offset, RecordKind::pad, pad - sizeof(RecordHeader));
+      head_ += pad;
+    }
+    char* record = write_header(head_ & (capacity_ - 1), kind, body);
+    head_ += size;
+    return record + sizeof(RecordHeader);
+  }
+  // Makes every reserved record visible to the consumer.
+  void publish() { control_->head.store(head_, std::memory_order_seq_cst); }
+
+  // The consumer freed space since we last looked (for sleeping decisions).
+  bool tail_moved() const { return control_->tail.load(std::memory_order_acquire) != tail_; }
+
+ private:
+  bool has_room(std::size_t bytes) {
+    if (capacity_ - (head_ - tail_) >= bytes) return true;
+    tail_ = control_->tail.load(std::memory_order_acquire);
+    return capacity_ - (head_ - tail_) >= bytes;
+  }
+  char* write_header(std::size_t offset, RecordKind kind, std::size_t body) {
+    RecordHeader h{record_magic, kind, 0, static_cast<std::uint32_t>(body), ++seq_};
+    std::memcpy(data_ + offset, &h, sizeof h);
+    return data_ + offset;
+  }
+
+  RingControl* control_ = nullptr;
+  char* data_ = nullptr;
+  std::size_t capacity_ = 0;
+  std::uint64_t head_ = 0;
+  std::uint64_t tail_ = 0;  // last seen
+  std::uint64_t seq_ = 0;
+};
+
+// The consumer's view of a ring.
+class RingReader {
+ public:
+  struct Record {
+    RecordKind kind;
+    const char* body;
+    std::size_t bytes;
+  };
+
+  void attach(RingControl* control, char* data) {
+    control_ = control;
+    data_ = data;
+    capacity_ = control->capacity;
+    tail_ = control->tail.load(std::memory_order_relaxed);
+  }
+  bool attached() const { return control_ != nullptr; }
+
+  // True when the producer published records we have not consumed (seq_cst: pairs with the
+  // sleeping flag, see ShmTransport::before_sleep).
+  bool has_data() const { return control_->head.load(std::memory_order_seq_cst) != tail_; }
+
+  // The next record (pads skipped), or false when there is none. A record that is not valid
+  // sets `error` and returns false; the ring must not be read again.
+  bool peek(Record& out, std::string& error) {
+    for (;;) {
+      const std::uint64_t head = control_->head.load(std::memory_order_acquire);
+      if (head == tail_) return false;
+      const std::size_t offset = tail_ & (capacity_ - 1);
+      if (head - tail_ > capacity_ || head - tail_ < sizeof(RecordHeader) ||
+          offset + sizeof(RecordHeader) > capacity_) {
+        error = "head " + std::to_string(head) + " is inconsistent with tail " +
+                std::to_string(tail_) + " (capacity " + std::to_string(capacity_) + ")";
+        return false;
+      }
+      RecordHeader h;
+      std::memcpy(&h, data_ + offset, sizeof h);
+      const std::size_t size = record_size(h.bytes);
+      if (h.magic != record_magic || h.reserved != 0 || h.kind < RecordKind::frame ||
+          h.kind > RecordKind::pushed) {
+        error = "bad record header at offset " + std::to_string(offset) + " (magic 0x" +
+                hex(h.magic) + ", kind " + std::to_string(static_cast<int>(h.kind)) + ")";
+        return false;
+      }
+      if (h.seq != seq_ + 1) {
+        error =
+            "record " + std::to_string(h.seq) + " where " + std::to_string(seq_ + 1) + " was due";
+        return false;
+      }
+      if (h.bytes > capacity_ || offset + size > capacity_ || size > head - tail_) {
+        error = "record of " + std::to_string(h.bytes) + " bytes at offset " +
+                std::to_string(offset) + " runs past the ring or past the published data";
+        return false;
+      }
+      if (h.kind == RecordKind::pad) {
+        if (offset + size != capacity_) {
+          error = "pad record at offset " + std::to_string(offset) + " does not end the ring";
+          return false;
+        }
+        ++seq_;
+        tail_ += size;
+        continue;
+      }
+      out = Record{h.kind, data_ + offset + sizeof(RecordHeader), h.bytes};
+      return true;
+    }
+  }
+  // Consumes the record peek() returned; publish() frees the space for the producer.
+  void pop(const Record& record) {
+    ++seq_;
+    tail_ += record_size(record.bytes);
+  }
+  void publish() { control_->tail.store(tail_, std::memory_order_seq_cst); }
+
+ private:
+  static std::string hex(unsigned value) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%x", value);
+    return text;
+  }
+
+  RingControl* control_ = nullptr;
+  char* data_ = nullptr;
+  std::size_t capacity_ = 0;
+  std::uint64_t tail_ = 0;
+  std::uint64_t seq_ = 0;
+};
+
+}  // namespace anview::transport::shm

@@ -1,0 +1,343 @@
+// The shm transport below the p2p layer: the ring's record checks, the published endpoint, and
+// whole transports (several ranks in this process, each with its own engine) fed with corrupt
+// ring contents, a version mismatch, and a peer that leaves.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/progress_engine.hpp"
+#include "transport/shm/handshake.hpp"
+#include "transport/shm/ring.hpp"
+#include "transport/shm/shm_transport.hpp"
+
+namespace anview::transport::shm {
+namespace {
+
+// A ring in ordinary memory.
+struct LocalRing {
+  explicit LocalRing(std::size_t capacity) : memory(ring_data_offset + capacity) {
+    control = new (memory.data()) RingControl{};
+    control->capacity = capacity;
+    control->head.store(0);
+    control->tail.store(0);
+    writer.attach(control, memory.data() + ring_data_offset);
+    reader.attach(control, memory.data() + ring_data_offset);
+  }
+  std::vector<char> memory;
+  RingControl* control;
+  RingWriter writer;
+  RingReader reader;
+};
+
+TEST(ShmRing, RecordsArriveInOrderAcrossTheWrap) {
+  LocalRing ring(64 << 10);
+  std::uint64_t written = 0, read = 0;
+  auto drain = [&] {  // reads every published record; each holds its sequence number
+    RingReader::Record r;
+    std::string error;
+    while (ring.reader.peek(r, error)) {
+      std::uint64_t value;
+      std::memcpy(&value, r.body, sizeof value);
+      EXPECT_EQ(value, read++);
+      ring.reader.pop(r);
+    }
+    EXPECT_TRUE(error.empty()) << error;
+    ring.reader.publish();
+  };
+  for (int round = 0; round < 2000; ++round) {
+    const std::size_t body = 8 + (round * 37) % 3000;
+    char* p = ring.writer.reserve(RecordKind::fragment, body);
+    if (p == nullptr) {  // full: drain everything
+      drain();
+      p = ring.writer.reserve(RecordKind::fragment, body);
+      ASSERT_NE(p, nullptr);
+    }
+    std::memcpy(p, &written, sizeof written);
+    ++written;
+    ring.writer.publish();
+  }
+  drain();
+  EXPECT_EQ(read, written);
+  EXPECT_GT(ring.control->head.load(), 64u << 10) << "the test never wrapped the ring";
+}
+
+TEST(ShmRing, RejectsCorruptRecords) {
+  struct Case {
+    const char* name;
+    void (*damage)(LocalRing&);
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"bad magic", [](LocalRing& r) { r.memory[ring_data_offset] ^= 0x5a; }, "bad record header"},
+      {"unknown kind", [](LocalRing& r) { r.memory[ring_data_offset + 2] = 42; }, "kind 42"},
+      {"length past the data",
+       [](LocalRing& r) {
+         const std::uint32_t huge = 1u << 20;
+         std::memcpy(&r.memory[ring_data_offset + 4], &huge, sizeof huge);
+       },
+       "runs past"},
+      {"sequence gap",
+       [](LocalRing& r) {
+         const std::uint64_t seq = 7;
+         std::memcpy(&r.memory[ring_data_offset + 8], &seq, sizeof seq);
+       },
+       "was due"},
+      {"head beyond capacity", [](LocalRing& r) { r.control->head.store(1u << 30); },
+       "inconsistent"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    LocalRing ring(64 << 10);
+    char* p = ring.writer.reserve(RecordKind::fragment, 64);
+    ASSERT_NE(p, nullptr);
+    ring.writer.publish();
+    c.damage(ring);
+    RingReader::Record r;
+    std::string error;
+    EXPECT_FALSE(ring.reader.peek(r, error));
+    EXPECT_NE(error.find(c.expect), std::string::npos) << error;
+  }
+}
+
+TEST(ShmEndpoint, RoundTripsAndRejectsOtherVersions) {
+  const Endpoint e{.pid = 1234,
+                   .segment_fd = 7,
+                   .ring_bytes = 1 << 19,
+                   .wake_name = "w-1",
+                   .probe_address = 0x7fff0000};
+  Endpoint back;
+  std::string why;
+  ASSERT_TRUE(decode_endpoint(encode_endpoint(e), back, &why)) << why;
+  EXPECT_EQ(back.pid, 1234);
+  EXPECT_EQ(back.segment_fd, 7);
+  EXPECT_EQ(back.ring_bytes, 1u << 19);
+  EXPECT_EQ(back.wake_name, "w-1");
+  EXPECT_EQ(back.probe_address, 0x7fff0000u);
+
+  EXPECT_FALSE(decode_endpoint("v2 pid=1 fd=3 ring=524288 wake=x probe=10", back, &why));
+  EXPECT_NE(why.find("version"), std::string::npos) << why;
+  EXPECT_FALSE(decode_endpoint("v1 pid=1 fd=3 ring=1000 wake=x probe=10", back, &why));
+  EXPECT_NE(why.find("'ring'"), std::string::npos) << why;
+  EXPECT_FALSE(decode_endpoint("v1 pid=1", back, &why));
+}
+
+// A FrameSink that records what it is given.
+class RecordingSink final : public FrameSink {
+ public:
+  // Each frame lands in its own buffer: frames may complete out of order.
+  Landing on_frame(int, const FrameHeader& h, bool) override {
+    auto buffer = std::make_unique<std::vector<char>>(h.payload_bytes + 1);
+    char* data = buffer->data();
+    landings[data] = std::move(buffer);
+    return Landing{data, false};
+  }
+  void on_frame_done(int peer, const FrameHeader& h, void* data) override {
+    auto it = landings.find(static_cast<char*>(data));
+    ASSERT_NE(it, landings.end());
+    frames.push_back({peer, h.tag, std::string(it->second->data(), h.payload_bytes)});
+    landings.erase(it);
+  }
+  void on_peer_failed(int peer, const Error& error) override {
+    failures.emplace(peer, std::make_unique<Error>(error));
+  }
+  struct Frame {
+    int peer;
+    std::uint64_t tag;
+    std::string payload;
+  };
+  std::map<char*, std::unique_ptr<std::vector<char>>> landings;
+  std::vector<Frame> frames;
+  std::map<int, std::unique_ptr<Error>> failures;
+};
+
+// `n` ranks of one job in this process, each with its own engine and shm transport.
+class Ranks {
+ public:
+  explicit Ranks(int n) : sinks_(static_cast<std::size_t>(n)) {
+    for (int r = 0; r < n; ++r) {
+      engines_.push_back(std::make_unique<base::ProgressEngine>());
+      transports_.push_back(std::make_unique<ShmTransport>(
+          TransportContext{.rank = r,
+                           .world_size = n,
+                           .job_id = 77,
+                           .host_id = "this-host",
+                           .timeout = std::chrono::seconds(5),
+                           .engine = engines_.back().get(),
+                           .sink = &sinks_[static_cast<std::size_t>(r)]}));
+      PeerInfo info{.rank = r, .host_id = "this-host", .pid = static_cast<int>(::getpid())};
+      transports_.back()->describe_self(info);
+      infos_.push_back(info);
+    }
+  }
+  void connect() {
+    for (int r = 0; r < static_cast<int>(transports_.size()); ++r) connect_rank(r);
+    for (int i = 0; i < 1000 && !all_ready(); ++i) poll();
+    ASSERT_TRUE(all_ready());
+  }
+  void connect_rank(int r) {
+    std::vector<PeerInfo> others;
+    for (const auto& info : infos_)
+      if (info.rank != r) others.push_back(info);
+    transports_[static_cast<std::size_t>(r)]->connect(others);
+  }
+  bool all_ready() const {
+    for (const auto& t : transports_)
+      if (!t->ready()) return false;
+    return true;
+  }
+  void poll() {
+    for (auto& e : engines_) e->poll(0);
+  }
+  void send(int from, int to, std::uint64_t tag, const std::string& payload,
+            Ordering ordering = Ordering::ordered, bool* done = nullptr) {
+    FrameHeader h;
+    h.type = 1;
+    h.tag = tag;
+    h.payload_bytes = static_cast<std::uint32_t>(payload.size());
+    transports_[static_cast<std::size_t>(from)]->post_send(to, h, payload.data(), ordering,
+                                                           [done](const Error* e) {
+                                                             if (done != nullptr && e == nullptr)
+                                                               *done = true;
+                                                           });
+  }
+  // The ring `from` writes to `to`, mapped again by the test (as a hostile local process
+  // with the same rights could).
+  Mapping map_ring(int from, int to, std::string* why) {
+    Endpoint e;
+    decode_endpoint(infos_[static_cast<std::size_t>(to)].endpoints.at("shm"), e, why);
+    const int fd = open_peer_segment(e.pid, e.segment_fd, why);
+    base::Fd owned(fd);
+    return map_shared(fd, slot_offset(from, e.ring_bytes), slot_bytes(e.ring_bytes), why);
+  }
+  RecordingSink& sink(int r) { return sinks_[static_cast<std::size_t>(r)]; }
+  ShmTransport& transport(int r) { return *transports_[static_cast<std::size_t>(r)]; }
+  PeerInfo& info(int r) { return infos_[static_cast<std::size_t>(r)]; }
+
+ private:
+  std::vector<RecordingSink> sinks_;
+  std::vector<std::unique_ptr<base::ProgressEngine>> engines_;
+  std::vector<std::unique_ptr<ShmTransport>> transports_;
+  std::vector<PeerInfo> infos_;
+};
+
+TEST(ShmTransport, CarriesSmallAndLargeFramesInOrder) {
+  Ranks ranks(2);
+  ranks.connect();
+  const std::string big(3 << 20, 'x');  // larger than the ring: fragments or single copy
+  ranks.send(0, 1, 1, "hello");
+  ranks.send(0, 1, 2, big);
+  ranks.send(0, 1, 3, "");
+  for (int i = 0; i < 100000 && ranks.sink(1).frames.size() < 3; ++i) ranks.poll();
+  ASSERT_EQ(ranks.sink(1).frames.size(), 3u);
+  EXPECT_EQ(ranks.sink(1).frames[0].payload, "hello");
+  EXPECT_EQ(ranks.sink(1).frames[1].payload, big);
+  EXPECT_EQ(ranks.sink(1).frames[2].tag, 3u);
+  EXPECT_TRUE(ranks.sink(1).failures.empty());
+}
+
+// Bulk frames that may complete out of order are copied by both sides (the receiver reads
+// half, the sender writes half); the bytes must come out whole and the send complete only then.
+TEST(ShmTransport, SplitCopiesDeliverEveryByte) {
+  Ranks ranks(2);
+  ranks.connect();
+  std::string big(5 << 20, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 + (i >> 12));
+  const std::string medium = big.substr(0, 300 << 10);  // sent from its own buffer
+  bool sent[3] = {false, false, false};
+  ranks.send(0, 1, 1, big, Ordering::any_stream, &sent[0]);
+  ranks.send(0, 1, 2, medium, Ordering::any_stream, &sent[1]);
+  ranks.send(0, 1, 3, "small behind", Ordering::ordered, &sent[2]);
+  for (int i = 0; i < 100000 && ranks.sink(1).frames.size() < 3; ++i) ranks.poll();
+  for (int i = 0; i < 100; ++i) ranks.poll();
+  ASSERT_EQ(ranks.sink(1).frames.size(), 3u);
+  std::map<std::uint64_t, std::string> by_tag;
+  for (const auto& f : ranks.sink(1).frames) by_tag[f.tag] = f.payload;
+  EXPECT_TRUE(by_tag[1] == big) << "the 5 MiB payload arrived damaged";
+  EXPECT_TRUE(by_tag[2] == medium);
+  EXPECT_EQ(by_tag[3], "small behind");
+  EXPECT_TRUE(sent[0] && sent[1] && sent[2]);
+  EXPECT_TRUE(ranks.sink(1).failures.empty());
+}
+
+TEST(ShmTransport, CorruptRingFailsOnlyThatPeerWithAProtocolError) {
+  Ranks ranks(3);
+  ranks.connect();
+  std::string why;
+  Mapping ring = ranks.map_ring(1, 0, &why);
+  ASSERT_TRUE(ring) << why;
+  auto* control = reinterpret_cast<RingControl*>(ring.data());
+  // Rank 1's ring to rank 0 announces a record that is garbage.
+  std::memset(ring.data() + ring_data_offset, 0xEE, 256);
+  control->head.store(256);
+  for (int i = 0; i < 10; ++i) ranks.poll();
+  ASSERT_EQ(ranks.sink(0).failures.count(1), 1u);
+  const Error& e = *ranks.sink(0).failures.at(1);
+  EXPECT_EQ(e.kind(), ErrorKind::protocol);
+  EXPECT_EQ(e.context().peer, 1);
+  EXPECT_NE(std::string(e.what()).find("invalid data"), std::string::npos) << e.what();
+  // Other traffic goes on: rank 2 still reaches rank 0, and rank 0 still reaches rank 2.
+  ranks.send(2, 0, 5, "still here");
+  ranks.send(0, 2, 6, "me too");
+  for (int i = 0; i < 100 && (ranks.sink(0).frames.empty() || ranks.sink(2).frames.empty()); ++i)
+    ranks.poll();
+  ASSERT_EQ(ranks.sink(0).frames.size(), 1u);
+  EXPECT_EQ(ranks.sink(0).frames[0].payload, "still here");
+  ASSERT_EQ(ranks.sink(2).frames.size(), 1u);
+  EXPECT_EQ(ranks.sink(0).failures.count(2), 0u);
+}
+
+TEST(ShmTransport, RingOfAnotherLayoutVersionIsALinkError) {
+  Ranks ranks(2);
+  ranks.connect_rank(0);  // rank 0 prepares the ring rank 1 will write to
+  std::string why;
+  Mapping ring = ranks.map_ring(1, 0, &why);
+  ASSERT_TRUE(ring) << why;
+  auto* control = reinterpret_cast<RingControl*>(ring.data());
+  ASSERT_EQ(control->ready.load(), 1u);
+  control->version = 9;  // as a build with another ring layout would
+  ranks.connect_rank(1);
+  for (int i = 0; i < 10; ++i) ranks.poll();
+  const auto failure = ranks.transport(1).setup_failure();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->kind(), ErrorKind::link);
+  EXPECT_EQ(failure->context().peer, 0);
+  EXPECT_NE(std::string(failure->what()).find("version 9"), std::string::npos) << failure->what();
+
+  // A peer that advertises another endpoint version is not reachable, with the reason.
+  PeerInfo other = ranks.info(1);
+  other.endpoints["shm"] = "v9 pid=1 fd=3 ring=524288 wake=x probe=10";
+  EXPECT_FALSE(ranks.transport(0).can_reach(other, &why));
+  EXPECT_NE(why.find("v9"), std::string::npos) << why;
+}
+
+TEST(ShmTransport, PeersOnOtherHostsAreNotReachable) {
+  Ranks ranks(2);
+  PeerInfo other = ranks.info(1);
+  other.host_id = "elsewhere";
+  std::string why;
+  EXPECT_FALSE(ranks.transport(0).can_reach(other, &why));
+  EXPECT_NE(why.find("another host"), std::string::npos) << why;
+  EXPECT_TRUE(ranks.transport(0).can_reach(ranks.info(1), &why)) << why;
+}
+
+TEST(ShmTransport, GoodbyeClosesTheLinkQuietly) {
+  Ranks ranks(2);
+  ranks.connect();
+  ranks.send(1, 0, 9, "last");
+  ranks.transport(1).shutdown(base::Clock::now() + std::chrono::seconds(1));
+  for (int i = 0; i < 10; ++i) ranks.poll();
+  ASSERT_EQ(ranks.sink(0).frames.size(), 1u);
+  EXPECT_EQ(ranks.sink(0).frames[0].payload, "last");
+  ASSERT_EQ(ranks.sink(0).failures.count(1), 1u);
+  EXPECT_NE(std::string(ranks.sink(0).failures.at(1)->what()).find("closed its communicator"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace anview::transport::shm
