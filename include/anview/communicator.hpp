@@ -67,9 +67,11 @@ class Communicator {
   // Drives progress once without sleeping (for callbacks and coroutines when nothing waits).
   void progress();
 
-  // The transport serving `peer` ("tcp", "self") and a description of the link.
+  // The transport serving `peer` ("shm", "tcp", "self"), a description of the link, and why
+  // the registry chose that transport (ANVIEW_TRANSPORTS order, the candidates it rejected).
   std::string transport_name(int peer) const;
   std::string describe_peer(int peer) const;
+  std::string transport_reason(int peer) const;
 
  private:
   explicit Communicator(std::shared_ptr<detail::CommunicatorImpl> impl);

@@ -104,6 +104,7 @@ Status wait_or_abandon(p2p::Messenger& messenger, detail::RequestImpl& impl,
 
 void Communicator::send(const void* data, std::size_t bytes, int peer, Tag tag,
                         std::optional<std::chrono::milliseconds> timeout) {
+  if (impl_->messenger().send_now(data, bytes, peer, tag)) return;  // small, and the link had room
   auto impl = impl_->messenger().isend(data, bytes, peer, tag);
   wait_or_abandon(impl_->messenger(), *impl, timeout);
 }
@@ -122,6 +123,10 @@ std::string Communicator::transport_name(int peer) const {
 
 std::string Communicator::describe_peer(int peer) const {
   return impl_->messenger().describe_peer(peer);
+}
+
+std::string Communicator::transport_reason(int peer) const {
+  return impl_->messenger().transport_reason(peer);
 }
 
 }  // namespace anview

@@ -26,8 +26,9 @@ RequestPtr PostedQueue::find(int source, std::uint64_t tag, bool take) {
   if (!use_a && b == any_source_.end()) return nullptr;
   auto& list = use_a ? mine : any_source_;
   auto it = use_a ? a : b;
-  RequestPtr r = *it;
-  if (take) list.erase(it);
+  if (!take) return *it;
+  RequestPtr r = std::move(*it);
+  list.erase(it);
   return r;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <optional>
@@ -34,8 +35,9 @@ class PostedQueue {
   std::vector<RequestPtr> take_all();
 
  private:
-  std::vector<std::list<RequestPtr>> by_source_;
-  std::list<RequestPtr> any_source_;
+  // Deques: posting and matching at the ends allocate nothing per receive.
+  std::vector<std::deque<RequestPtr>> by_source_;
+  std::deque<RequestPtr> any_source_;
   std::uint64_t next_order_ = 0;
 };
 

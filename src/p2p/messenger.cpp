@@ -27,6 +27,18 @@ const base::Setting spin_setting(
     "How long a waiting thread polls before it sleeps in the kernel (microseconds)");
 
 constexpr auto shutdown_linger = std::chrono::seconds(2);
+// Rounds a waiter drives before it first reads the clock.
+constexpr int fast_rounds = 64;
+// How often a purely spinning waiter still yields its core (a system call: not too often).
+constexpr auto yield_interval = std::chrono::microseconds(20);
+
+transport::FrameHeader eager_header(std::size_t bytes, Tag tag) {
+  transport::FrameHeader h;
+  h.type = static_cast<std::uint8_t>(FrameType::eager);
+  h.payload_bytes = static_cast<std::uint32_t>(bytes);
+  h.tag = to_underlying(tag);
+  return h;
+}
 
 }  // namespace
 
@@ -88,6 +100,9 @@ void Messenger::connect(const std::vector<transport::PeerInfo>& peers) {
     }
     for (std::size_t i = 0; i < transports_.size(); ++i)
       if (!groups[i].empty()) transports_[i]->connect(groups[i]);
+    fd_check_every_ = 256;  // a few microseconds of spinning between epoll system calls
+    for (std::size_t i = 0; i < transports_.size(); ++i)
+      if (!groups[i].empty() && transports_[i]->capabilities().fd_driven) fd_check_every_ = 1;
   }
   for (;;) {
     {
@@ -107,11 +122,11 @@ void Messenger::connect(const std::vector<transport::PeerInfo>& peers) {
                      .cause = "connections not up after " + std::to_string(config_.timeout.count()) +
                               " ms; still waiting for " + pending});
       }
-      driving_ = true;
     }
+    // Bootstrap runs on one thread: it owns the driver role while it waits.
+    while (!take_driver_role()) std::this_thread::yield();
     drive(10);
-    Lock lock(mu_);
-    driving_ = false;
+    release_driver_role();
   }
 }
 
@@ -127,6 +142,17 @@ Error Messenger::request_error(const RequestImpl& r, ErrorKind kind, std::string
                       .cause = std::move(cause)});
 }
 
+bool Messenger::send_now(const void* data, std::size_t bytes, int peer, Tag tag) {
+  if (bytes > eager_bytes_ || peer < 0 || peer >= config_.world_size ||
+      to_underlying(tag) >= reserved_tags || (data == nullptr && bytes > 0)) {
+    return false;
+  }
+  Lock lock(mu_);
+  const PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  return !closed_ && !ps.failure && ps.transport != nullptr &&
+         ps.transport->try_send_now(peer, eager_header(bytes, tag), data);
+}
+
 RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag tag) {
   auto req = std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::send, peer, tag);
   if (peer < 0 || peer >= config_.world_size)
@@ -140,7 +166,7 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
   req->send_data = static_cast<const char*>(data);
   req->send_bytes = bytes;
   req->status = Status{config_.rank, tag, bytes};
-  std::vector<RequestPtr> completed;
+  Completions completed;
   {
     Lock lock(mu_);
     PeerState& ps = peers_[static_cast<std::size_t>(peer)];
@@ -148,14 +174,20 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
       complete(*req, request_error(*req, ErrorKind::usage, "the communicator is closed"));
     } else if (ps.failure) {
       complete(*req, ps.failure->for_operation("send", to_underlying(tag)));
+    } else if (bytes <= eager_bytes_ && ps.transport != nullptr &&
+               ps.transport->try_send_now(peer, eager_header(bytes, tag), data)) {
+      req->phase = RequestImpl::Phase::complete;  // handed over: complete before anyone saw it
+      req->done.store(true, std::memory_order_release);
     } else if (bytes <= eager_bytes_) {
-      transport::FrameHeader h;
-      h.type = static_cast<std::uint8_t>(FrameType::eager);
-      h.payload_bytes = static_cast<std::uint32_t>(bytes);
-      h.tag = to_underlying(tag);
-      send_frame(peer, h, data, transport::Ordering::ordered, [this, req](const Error* e) {
-        complete(*req, e ? std::optional<Error>(e->for_operation("send", to_underlying(req->tag)))
-                         : std::nullopt);
+      const transport::FrameHeader h = eager_header(bytes, tag);
+      // The request stays alive until the transport is done with it (keep_alive, released
+      // by complete()); the callback holds a plain pointer and fits std::function's inline
+      // storage: no allocation per message.
+      req->keep_alive = req;
+      RequestImpl* r = req.get();
+      send_frame(peer, h, data, transport::Ordering::ordered, [this, r](const Error* e) {
+        complete(*r, e ? std::optional<Error>(e->for_operation("send", to_underlying(r->tag)))
+                       : std::nullopt);
       });
     } else {
       req->id = next_id_++;
@@ -167,9 +199,9 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
       h.arg = bytes;
       send_frame(peer, h, nullptr, transport::Ordering::ordered, nullptr);
     }
-    completed = take_completed();
+    take_completed(completed);
   }
-  run_callbacks(std::move(completed));
+  run_callbacks(completed);
   return req;
 }
 
@@ -185,7 +217,7 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
     throw request_error(*req, ErrorKind::usage, "null buffer with a non-zero capacity");
   req->recv_data = static_cast<char*>(data);
   req->capacity = capacity;
-  std::vector<RequestPtr> completed;
+  Completions completed;
   {
     Lock lock(mu_);
     const auto found = closed_ ? std::nullopt : unexpected_.find(source, tag);
@@ -202,9 +234,9 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
     } else {
       posted_.push(req);
     }
-    completed = take_completed();
+    take_completed(completed);
   }
-  run_callbacks(std::move(completed));
+  run_callbacks(completed);
   return req;
 }
 
@@ -228,29 +260,46 @@ void Messenger::send_frame(int peer, const transport::FrameHeader& header, const
 }
 
 void Messenger::complete(RequestImpl& request, std::optional<Error> error) {
-  if (request.phase == RequestImpl::Phase::complete) return;
+  // The last reference may be keep_alive: it is dropped only after the lock is released
+  // (completed_ goes to Completions), never here.
+  RequestPtr self = request.keep_alive ? std::move(request.keep_alive) : nullptr;
+  if (request.phase == RequestImpl::Phase::complete) {
+    if (self) completed_.push_back(std::move(self));
+    return;
+  }
   request.phase = RequestImpl::Phase::complete;
   request.error = std::move(error);
   request.done.store(true, std::memory_order_release);
-  completed_.push_back(request.shared_from_this());
+  completed_.push_back(self ? std::move(self) : request.shared_from_this());
 }
 
-std::vector<RequestPtr> Messenger::take_completed() {
-  std::vector<RequestPtr> out;
-  out.swap(completed_);
-  return out;
-}
-
-void Messenger::run_callbacks(std::vector<RequestPtr> completed) {
-  if (completed.empty()) return;
-  std::vector<std::pair<RequestPtr, Request::Callback>> callbacks;
-  {
-    Lock lock(mu_);
-    for (auto& r : completed)
-      if (r->callback) callbacks.emplace_back(r, std::move(r->callback));
+void Messenger::take_completed(Completions& out) {
+  if (completed_.empty()) return;
+  for (auto& r : completed_) {
+    Request::Callback callback = std::move(r->callback);
+    out.add(std::move(r), std::move(callback));
   }
-  cv_.notify_all();
-  for (auto& [r, callback] : callbacks) callback(r->status, r->error ? &*r->error : nullptr);
+  completed_.clear();  // keeps its capacity: no allocation on the next completion
+  out.notify = sleepers_.load(std::memory_order_seq_cst) > 0;
+}
+
+void Messenger::run_callbacks(Completions& completed) {
+  if (completed.notify) cv_.notify_all();
+  completed.run();
+}
+
+void Completions::add(RequestPtr request, Request::Callback callback) {
+  if (callback) {
+    callbacks_.emplace_back(std::move(request), std::move(callback));
+  } else if (count_ < inline_count) {
+    held_[count_++] = std::move(request);
+  } else {
+    more_.push_back(std::move(request));
+  }
+}
+
+void Completions::run() {
+  for (auto& [r, callback] : callbacks_) callback(r->status, r->error ? &*r->error : nullptr);
 }
 
 void Messenger::on_complete(RequestImpl& request, Request::Callback callback) {
@@ -274,15 +323,23 @@ bool Messenger::on_complete_if_pending(RequestImpl& request, Request::Callback c
 void Messenger::drive(int sleep_ms) {
   // One lock round per call: sleep in epoll without the lock, then dispatch what came and run
   // the pollers together. Pollers with work left keep the next call from sleeping.
-  const int n = engine_.wait_events(pollers_busy_ ? 0 : sleep_ms);
-  std::vector<RequestPtr> completed;
+  // A round that may not sleep skips the epoll_wait system call unless file descriptors carry
+  // peer traffic (shm rings need none; a peer's exit or a cross-thread wakeup waits a few
+  // rounds at most).
+  const int timeout = pollers_busy_ ? 0 : sleep_ms;
+  const bool check_fds = timeout != 0 || ++rounds_ % fd_check_every_ == 0;
+  // The common spinning round: no fd check due and the pollers say (lock-free) that they have
+  // nothing to do, so the lock round is skipped: a waiter spins on a few atomics only.
+  if (!check_fds && !engine_.pollers_may_have_work()) return;
+  const int n = check_fds ? engine_.wait_events(timeout) : 0;
+  Completions completed;
   {
     Lock lock(mu_);
     engine_.dispatch_events(n);
     pollers_busy_ = engine_.run_pollers();
-    completed = take_completed();
+    take_completed(completed);
   }
-  run_callbacks(std::move(completed));
+  run_callbacks(completed);
 }
 
 bool Messenger::test(RequestImpl& request) {
@@ -290,60 +347,86 @@ bool Messenger::test(RequestImpl& request) {
   return request.done.load(std::memory_order_acquire);
 }
 
+bool Messenger::take_driver_role() {
+  return !driving_.load(std::memory_order_relaxed) &&
+         !driving_.exchange(true, std::memory_order_acquire);
+}
+
+void Messenger::release_driver_role() {
+  // Pairs with the sleepers' increment-then-check under mu_ in wait(): either they see the
+  // role free, or we see them and wake them.
+  driving_.store(false, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    Lock lock(mu_);
+    cv_.notify_all();
+  }
+}
+
 void Messenger::progress() {
-  {
-    Lock lock(mu_);
-    if (driving_) return;
-    driving_ = true;
-  }
+  if (!take_driver_role()) return;
   drive(0);
-  {
-    Lock lock(mu_);
-    driving_ = false;
-  }
-  cv_.notify_all();
+  release_driver_role();
 }
 
 Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) {
-  const auto start = base::Clock::now();
-  const base::Deadline deadline = start + timeout;
-  const base::Deadline spin_end = start + spin_;
-  const base::Deadline pure_spin_end = start + spin_ / 2;
+  if (request.done.load(std::memory_order_acquire)) {  // no clock, no lock
+    if (request.error) throw *request.error;
+    return request.status;
+  }
+  // The clock starts after a first burst of rounds that read none: most waits for a peer
+  // that is already sending end within it (a clock read costs as much as a round).
+  base::Deadline deadline{}, spin_end{}, pure_spin_end{};
+  bool clock_started = false;
+  auto start_clock = [&] {
+    if (clock_started) return;
+    clock_started = true;
+    const auto start = base::Clock::now();
+    deadline = start + timeout;
+    spin_end = start + spin_;
+    pure_spin_end = start + spin_ / 2;
+  };
   auto timed_out = [&] {
     return request_error(request, ErrorKind::timeout,
                          "not complete after " + std::to_string(timeout.count()) + " ms: " +
                              describe_wait(request));
   };
   auto done = [&] { return request.done.load(std::memory_order_acquire); };
-  Lock lock(mu_);
   while (!done()) {
-    if (driving_) {
+    if (!take_driver_role()) {
       // Someone else drives progress (and completes our request too); sleep until a
       // completion or until the role is free.
-      ++sleepers_;
-      cv_.wait_for(lock, std::chrono::milliseconds(1));
-      --sleepers_;
+      start_clock();
+      {
+        Lock lock(mu_);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        if (driving_.load(std::memory_order_seq_cst) && !done())
+          cv_.wait_for(lock, std::chrono::milliseconds(1));
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      }
       if (!done() && base::Clock::now() >= deadline) throw timed_out();
       continue;
     }
-    driving_ = true;
-    lock.unlock();
+    for (int round = 0; !clock_started && round < fast_rounds && !done(); ++round) drive(0);
+    start_clock();
     // Spin (busy-poll class latency), then yield to other runnable ranks, then sleep in the
-    // kernel: an idle waiter uses no CPU. The clock is read every few spins only.
+    // kernel: an idle waiter uses no CPU. The clock is read every few spins only. Even while
+    // spinning purely, the waiter yields now and then: when ranks (or other work) outnumber
+    // the cores, the peer it waits for may need this very core.
     auto now = base::Clock::now();
+    auto next_yield = now + yield_interval;
     for (unsigned spins = 1; !done() && now < deadline; ++spins) {
       const bool spinning = now < spin_end;
       drive(spinning ? 0 : base::ms_left(deadline, 100));
-      if (spinning && spins % 8 != 0) continue;
+      if (spinning && spins % 16 != 0) continue;
       now = base::Clock::now();
-      if (spinning && now >= pure_spin_end && !done()) std::this_thread::yield();
+      if (spinning && (now >= pure_spin_end || now >= next_yield) && !done()) {
+        std::this_thread::yield();
+        next_yield = now + yield_interval;
+      }
     }
-    lock.lock();
-    driving_ = false;
-    if (sleepers_ > 0) cv_.notify_all();
+    release_driver_role();
     if (!done()) throw timed_out();
   }
-  lock.unlock();
   if (request.error) throw *request.error;
   return request.status;
 }
@@ -382,7 +465,7 @@ std::string Messenger::describe_wait(const RequestImpl& r) const {
 }
 
 bool Messenger::cancel(RequestImpl& request) {
-  std::vector<RequestPtr> completed;
+  Completions completed;
   bool cancelled = false;
   {
     Lock lock(mu_);
@@ -392,15 +475,15 @@ bool Messenger::cancel(RequestImpl& request) {
         cancelled = true;
       }
     }
-    completed = take_completed();
+    take_completed(completed);
   }
-  run_callbacks(std::move(completed));
+  run_callbacks(completed);
   return cancelled;
 }
 
 void Messenger::abandon(RequestImpl& request, const Error& error) {
   if (cancel(request)) return;
-  std::vector<RequestPtr> completed;
+  Completions completed;
   {
     Lock lock(mu_);
     if (request.phase == RequestImpl::Phase::complete) return;
@@ -411,13 +494,13 @@ void Messenger::abandon(RequestImpl& request, const Error& error) {
       peers_[static_cast<std::size_t>(peer)].transport->fail_peer(peer, error);
     }
     complete(request, error);
-    completed = take_completed();
+    take_completed(completed);
   }
-  run_callbacks(std::move(completed));
+  run_callbacks(completed);
 }
 
 void Messenger::shutdown() {
-  std::vector<RequestPtr> completed;
+  Completions completed;
   {
     Lock lock(mu_);
     if (closed_) return;
@@ -441,9 +524,9 @@ void Messenger::shutdown() {
     recvs_.clear();
     unexpected_.clear();
     for (auto& ps : peers_) ps.eager_target.reset();
-    completed = take_completed();
+    take_completed(completed);
   }
-  run_callbacks(std::move(completed));
+  run_callbacks(completed);
 }
 
 std::string Messenger::transport_name(int peer) const {
@@ -457,6 +540,11 @@ std::string Messenger::describe_peer(int peer) const {
   const PeerState& ps = peers_.at(static_cast<std::size_t>(peer));
   if (ps.transport == nullptr) return "not connected";
   return ps.transport->describe_peer(peer) + "; chosen as " + ps.transport_reason;
+}
+
+std::string Messenger::transport_reason(int peer) const {
+  Lock lock(mu_);
+  return peers_.at(static_cast<std::size_t>(peer)).transport_reason;
 }
 
 }  // namespace anview::p2p

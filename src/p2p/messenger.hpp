@@ -7,6 +7,8 @@
 // the mutex is released, on the thread that completed them.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <list>
@@ -34,6 +36,23 @@ struct MessengerConfig {
   std::chrono::milliseconds timeout{0};
 };
 
+// Requests completed in one lock round, taken out under the lock so their callbacks can run
+// (and the last references drop) after it is released. Most rounds complete one or two
+// requests: those are held inline, without allocating.
+class Completions {
+ public:
+  void add(RequestPtr request, Request::Callback callback);
+  void run();  // the callbacks, in completion order
+  bool notify = false;  // threads sleep on the messenger's condition variable
+
+ private:
+  static constexpr std::size_t inline_count = 4;
+  std::array<RequestPtr, inline_count> held_;
+  std::size_t count_ = 0;
+  std::vector<RequestPtr> more_;
+  std::vector<std::pair<RequestPtr, Request::Callback>> callbacks_;
+};
+
 class Messenger final : public transport::FrameSink,
                         public std::enable_shared_from_this<Messenger> {
  public:
@@ -50,6 +69,9 @@ class Messenger final : public transport::FrameSink,
   void connect(const std::vector<transport::PeerInfo>& peers);
 
   RequestPtr isend(const void* data, std::size_t bytes, int peer, Tag tag);
+  // The blocking send's fast path: true when a small message was handed to the transport at
+  // once (no request needed); false when the caller must isend() (which also reports errors).
+  bool send_now(const void* data, std::size_t bytes, int peer, Tag tag);
   RequestPtr irecv(void* data, std::size_t capacity, int source, Tag tag);
 
   bool test(RequestImpl& request);
@@ -69,6 +91,8 @@ class Messenger final : public transport::FrameSink,
 
   std::string transport_name(int peer) const;
   std::string describe_peer(int peer) const;
+  // Why the registry chose that transport (or why none reaches the peer).
+  std::string transport_reason(int peer) const;
 
   // transport::FrameSink (called with mu_ held)
   transport::Landing on_frame(int peer, const transport::FrameHeader& header,
@@ -91,8 +115,9 @@ class Messenger final : public transport::FrameSink,
 
   // All below: mu_ held.
   void complete(RequestImpl& request, std::optional<Error> error);
-  std::vector<RequestPtr> take_completed();
-  void run_callbacks(std::vector<RequestPtr> completed);
+  void take_completed(Completions& out);
+  // Without mu_: wakes sleeping waiters if needed, runs the callbacks.
+  void run_callbacks(Completions& completed);
   void match_unexpected(const RequestPtr& recv, UnexpectedQueue::Iterator it);
   void start_rendezvous_receive(const RequestPtr& recv, int source, std::uint64_t tag,
                                 std::size_t bytes, std::uint64_t sender_id);
@@ -104,15 +129,19 @@ class Messenger final : public transport::FrameSink,
   Error request_error(const RequestImpl& request, ErrorKind kind, std::string cause) const;
   std::string describe_wait(const RequestImpl& request) const;
   bool all_remote_peers_failed() const;
+  bool take_driver_role();
+  void release_driver_role();  // wakes threads sleeping on cv_
   // One round of progress as the driver; sleeps up to sleep_ms when idle.
   void drive(int sleep_ms);
 
   MessengerConfig config_;
   mutable std::mutex mu_;
   std::condition_variable cv_;  // signalled when requests complete or the driver leaves
-  bool driving_ = false;
+  std::atomic<bool> driving_{false};  // a thread drives progress (lock-free role)
   bool pollers_busy_ = true;  // the driver's: pollers had work on the last round
-  int sleepers_ = 0;
+  unsigned rounds_ = 0;       // the driver's: rounds that did not sleep
+  unsigned fd_check_every_ = 1;  // such rounds poll epoll once per this many
+  std::atomic<int> sleepers_{0};  // threads sleeping on cv_ (incremented under mu_)
 
   base::ProgressEngine engine_;
   std::unique_ptr<transport::Transport> self_;

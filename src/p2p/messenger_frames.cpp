@@ -38,13 +38,16 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
 
   switch (static_cast<FrameType>(h.type)) {
     case FrameType::eager: {
-      // Peek before taking a posted receive: a deferred frame must leave no trace.
-      const bool has_match = posted_.find(peer, h.tag, false) != nullptr;
-      if (!has_match && over_budget(h.payload_bytes)) {
+      // Within budget a match is taken at once; beyond it, peek first: a deferred frame must
+      // leave no trace.
+      const bool budget_ok = !over_budget(h.payload_bytes);
+      RequestPtr recv = budget_ok ? find_posted() : posted_.find(peer, h.tag, false);
+      if (!recv && !budget_ok) {
         ps.deferred = true;
         return {.data = nullptr, .defer = true};
       }
-      if (RequestPtr recv = has_match ? find_posted() : nullptr) {
+      if (recv && !budget_ok) recv = find_posted();
+      if (recv) {
         recv->status = Status{peer, Tag{h.tag}, h.payload_bytes};
         recv->expected = h.payload_bytes;
         if (h.payload_bytes > recv->capacity) {

@@ -52,6 +52,9 @@ class RequestImpl : public std::enable_shared_from_this<RequestImpl> {
   std::optional<Error> error;
   Request::Callback callback;
   std::atomic<bool> done{false};
+  // Set while a transport holds a plain pointer to this request (an eager send in flight);
+  // Messenger::complete() releases it.
+  std::shared_ptr<RequestImpl> keep_alive;
 };
 
 }  // namespace anview::detail
