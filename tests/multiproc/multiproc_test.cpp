@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -120,6 +121,17 @@ RunResult run(const std::vector<std::string>& args, const std::vector<std::strin
   return result;
 }
 
+// Names in /dev/shm: shared-memory segments must never be left behind, even by a rank that
+// was killed (Anview's are unnamed memfds).
+std::vector<std::string> dev_shm_entries() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/dev/shm", ec))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // anview-run -n N anview_p2p_check kill: rank N-1 SIGKILLs itself after a barrier; ranks
 // 0 .. N-2 must each see peer_lost for it within 3 s, fail later operations with it fast and
 // still exchange messages among themselves (anview_p2p_check checks that and writes a result
@@ -128,6 +140,7 @@ void kill_one_rank(int n, const std::vector<std::string>& env = {},
                    const std::vector<std::string>& extra = {}) {
   TempDir dir;
   const int victim = n - 1;
+  const auto shm_before = dev_shm_entries();
   // --grace 10: survivors must end on their own, well inside it (checked below: no SIGTERM).
   std::vector<std::string> args = {ANVIEW_RUN_PATH, "-n", std::to_string(n), "--timeout", "60",
                                    "--grace", "10", ANVIEW_P2P_CHECK_PATH, "kill",
@@ -169,23 +182,37 @@ void kill_one_rank(int n, const std::vector<std::string>& env = {},
   EXPECT_FALSE(fs::exists(dir.path() / ("rank" + std::to_string(victim) + ".result")))
       << "the killed rank wrote a result";
   EXPECT_NE(r.out.find("anview_p2p_check kill: OK"), std::string::npos);
+  EXPECT_EQ(dev_shm_entries(), shm_before) << "entries appeared in /dev/shm";
 }
+
+const std::vector<std::string> tcp_only = {"ANVIEW_TRANSPORTS=tcp"};
 
 TEST(MultiprocKill, TwoRanks) { kill_one_rank(2); }
 TEST(MultiprocKill, FourRanks) { kill_one_rank(4); }
+TEST(MultiprocKill, TcpTwoRanks) { kill_one_rank(2, tcp_only); }
+TEST(MultiprocKill, TcpFourRanks) { kill_one_rank(4, tcp_only); }
+// Over shm with cross-memory attach denied: large messages are in the ring in fragments.
+TEST(MultiprocKill, NoCmaTwoRanks) { kill_one_rank(2, {}, {"--deny-cma"}); }
+// Two emulated hosts: the victim is reached over shm by one survivor, over tcp by the others.
+TEST(MultiprocKill, MixedFourRanks) { kill_one_rank(4, {}, {"--hosts", "2"}); }
 
-// The victim first fills the survivors' unexpected-message budget (64 KiB) with 1 MiB of
-// messages nobody receives, so they have stopped reading from it when it dies. With the
-// default two streams, the death is still seen on the second stream.
+// The victim dies while the survivors' reading from it is paused (unexpected-message budget
+// full). Over shm the ring holds what the budget does not (512 KiB), so the preload is sized
+// to fill the budget and part of the ring.
 TEST(MultiprocKill, WhileReadingIsPaused) {
-  kill_one_rank(3, {"ANVIEW_UNEXPECTED_BYTES=64K"}, {"--preload", "1048576"});
+  kill_one_rank(3, {"ANVIEW_UNEXPECTED_BYTES=64K"}, {"--preload", "262144"});
+}
+TEST(MultiprocKill, TcpWhileReadingIsPaused) {
+  kill_one_rank(3, {"ANVIEW_TRANSPORTS=tcp", "ANVIEW_UNEXPECTED_BYTES=64K"},
+                {"--preload", "1048576"});
 }
 
 // The same with one stream per peer pair: the only stream is paused, and the dead peer's
 // kernel still holds data for it, so no end of stream can arrive until it is read. The
 // survivor learns of the death from the peer's pidfd and drains the stream.
-TEST(MultiprocKill, WhileTheOnlyStreamIsPaused) {
-  kill_one_rank(2, {"ANVIEW_TCP_STREAMS=1", "ANVIEW_UNEXPECTED_BYTES=64K", "ANVIEW_TIMEOUT=5"},
+TEST(MultiprocKill, TcpWhileTheOnlyStreamIsPaused) {
+  kill_one_rank(2, {"ANVIEW_TRANSPORTS=tcp", "ANVIEW_TCP_STREAMS=1", "ANVIEW_UNEXPECTED_BYTES=64K",
+                    "ANVIEW_TIMEOUT=5"},
                 {"--preload", "1048576"});
 }
 

@@ -1,7 +1,12 @@
 // anview_p2p_check: process-per-rank checks of the p2p layer over real sockets.
 //
 //   anview-run -n N anview_p2p_check SCENARIO [--seed S] [--result-dir DIR] [--preload BYTES]
+//                                     [--hosts K] [--deny-cma]
 //
+// --hosts K splits the ranks over K emulated hosts (ANVIEW_HOST_ID per rank): shm within one,
+// tcp across. --deny-cma makes cross-memory attach fail (seccomp), as in a locked-down
+// container: shm must pipeline large messages through its ring. Every scenario first checks
+// that each peer got the transport it should.
 // Scenarios (each rank runs the same one; see the function of the same name for details):
 //   stress       all-to-all, random sizes 0 B .. 64 MiB, pre- and late-posted receives
 //   wildcards    any_source / any_tag receives, status fields, per-(sender, tag) order
@@ -27,7 +32,11 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -197,14 +206,57 @@ struct Options {
   std::uint64_t seed = 20240611;
   std::string result_dir;
   std::size_t preload_bytes = 0;  // kill only
+  int hosts = 0;                  // emulate this many hosts (ANVIEW_HOST_ID per rank)
+  bool deny_cma = false;          // cross-memory attach refused, as in a locked-down container
 };
+
+// The transports every pair must use, from ANVIEW_TRANSPORTS and the emulated hosts: shm on
+// one host, tcp across; with cross-memory attach denied, shm pipelines through its ring.
+void check_transport_plan(Communicator& comm, const Options& options) {
+  const char* env = std::getenv("ANVIEW_TRANSPORTS");
+  const std::string transports = env ? env : "shm,tcp";
+  const bool shm_wanted = transports.find("shm") != std::string::npos;
+  const int me = comm.rank();
+  const int n = comm.size();
+  auto host = [&](int r) { return options.hosts > 0 ? r * options.hosts / n : 0; };
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    const std::string expected = shm_wanted && host(p) == host(me) ? "shm" : "tcp";
+    const std::string got = comm.transport_name(p);
+    require(got == expected, "rank ", me, " reaches rank ", p, " over ", got, ", expected ",
+            expected, " (", comm.describe_peer(p), ")");
+    if (got == "shm" && options.deny_cma) {
+      require(comm.describe_peer(p).find("pipelined through the ring") != std::string::npos,
+              "cross-memory attach is denied, yet rank ", p, " is described as '",
+              comm.describe_peer(p), "'");
+    }
+  }
+}
+
+// Makes process_vm_readv/writev fail with EPERM in this process, as a container's seccomp
+// profile or kernel.yama.ptrace_scope does (x86-64 system call numbers; test-only).
+void deny_cross_memory_attach() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 2, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+  };
+  sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  require(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+              ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0,
+          "cannot install the seccomp filter: ", std::strerror(errno));
+}
 
 class Job {
  public:
   explicit Job(const Options& options)
       : options_(options),
         comm_(Communicator::from_env()),
-        store_(Store::connect_tcp(root_address(), {.rank = comm_.rank()})) {}
+        store_(Store::connect_tcp(root_address(), {.rank = comm_.rank()})) {
+    check_transport_plan(comm_, options_);
+  }
 
   Communicator& comm() { return comm_; }
   Store& store() { return store_; }
@@ -1569,7 +1621,7 @@ int usage(const std::string& why) {
   std::fprintf(stderr,
                "anview_p2p_check: %s\n"
                "usage: anview-run -n N anview_p2p_check SCENARIO [--seed S] [--result-dir DIR] "
-               "[--preload BYTES]\n"
+               "[--preload BYTES] [--hosts K] [--deny-cma]\n"
                "scenarios: stress wildcards ordering outstanding timeout kill stop garbage "
                "version\n",
                why.c_str());
@@ -1596,6 +1648,10 @@ int main(int argc, char** argv) {
       options.result_dir = argv[++i];
     } else if (arg == "--preload" && i + 1 < argc) {
       options.preload_bytes = std::stoull(argv[++i]);
+    } else if (arg == "--hosts" && i + 1 < argc) {
+      options.hosts = std::atoi(argv[++i]);
+    } else if (arg == "--deny-cma") {
+      options.deny_cma = true;
     } else {
       return usage("unknown argument '" + arg + "'");
     }
@@ -1607,6 +1663,13 @@ int main(int argc, char** argv) {
   if (const char* r = std::getenv("ANVIEW_RANK")) rank = std::atoi(r);
   const auto start = Clock::now();
   try {
+    if (options.hosts > 0) {
+      const char* size_text = std::getenv("ANVIEW_WORLD_SIZE");
+      const int world = size_text ? std::atoi(size_text) : 0;
+      require(rank >= 0 && world > 0, "--hosts needs ANVIEW_RANK and ANVIEW_WORLD_SIZE");
+      ::setenv("ANVIEW_HOST_ID", cat("emulated-host-", rank * options.hosts / world).c_str(), 1);
+    }
+    if (options.deny_cma) deny_cross_memory_attach();
     std::string summary;
     int size = 0;
     {
