@@ -10,8 +10,13 @@ Anview measurement right next to the same measurement of UCX (ucx_perftest with 
 commands of run_all.sh, UCX_TLS=tcp,self) REPS times, and reports the median of the per-pair
 ratios as well as the medians of each side.
 
+--paired --transports shm: the same for shared memory, against UCX posix (tag_lat, tag_bw),
+Open MPI's vader BTL (16 MiB ping-pong bandwidth, ../shared/peers/mpi_bench.c) and one-thread
+memcpy of 16 MiB (../shared/peers/memcpy_bench.c); the peers' programs are built into
+/tmp/anview-peer-bin on first use.
+
   scripts/bench_p2p.py [--build build] [--reps 3] [--transports tcp] [--sections "net ucx"]
-  scripts/bench_p2p.py --paired [--reps 7]
+  scripts/bench_p2p.py --paired [--reps 7] [--transports shm]
 """
 import argparse
 import json
@@ -53,9 +58,9 @@ def peers(sections, reps):
     return results
 
 
-def ucx_perftest(test, size, iters, warmup, port=15203):
+def ucx_perftest(test, size, iters, warmup, port=15203, tls="tcp,self"):
     """One ucx_perftest run as in ../shared/peers/run_all.sh; latency in us or bandwidth in GB/s."""
-    env = dict(os.environ, UCX_TLS="tcp,self")
+    env = dict(os.environ, UCX_TLS=tls)
     server = subprocess.Popen(["ucx_perftest", "-p", str(port)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -70,7 +75,71 @@ def ucx_perftest(test, size, iters, warmup, port=15203):
     return float(fields[1]) if "lat" in test else float(fields[5]) * 1.048576 / 1000
 
 
+PEER_BIN = "/tmp/anview-peer-bin"
+
+
+def peer_program(name, compiler, libs=()):
+    path = os.path.join(PEER_BIN, name)
+    if not os.path.exists(path):
+        os.makedirs(PEER_BIN, exist_ok=True)
+        source = os.path.join(ROOT, "..", "shared", "peers", name.replace("_ompi", "") + ".c")
+        subprocess.run([compiler, "-O2", "-o", path, source, *libs], check=True)
+    return path
+
+
+def ompi_vader_pingpong(size):
+    """Open MPI ob1/vader ping-pong bandwidth (GB/s), as run_all.sh runs it."""
+    prog = peer_program("mpi_bench_ompi", "mpicc")
+    out = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+                          "--mca", "pml", "ob1", "--mca", "btl", "self,vader", prog, "pingpong",
+                          f"sizes={size}"], check=True, capture_output=True, text=True,
+                         timeout=300).stdout
+    line = [l for l in out.splitlines() if l.startswith("pingpong")][-1]
+    return float(dict(t.split("=") for t in line.split()[1:])["bw_GBps"])
+
+
+def memcpy_rate(size):
+    out = subprocess.run([peer_program("memcpy_bench", "gcc", ["-lpthread"]), "1"], check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    for line in out.splitlines():
+        fields = dict(t.split("=") for t in line.split()[1:])
+        if int(fields["bytes"]) == size:
+            return float(fields["GBps"])
+    raise RuntimeError("memcpy_bench printed no line for %d bytes" % size)
+
+
+def paired_shm(a):
+    pairs = {k: [] for k in ("lat", "bw1", "bw16", "pp16", "memcpy")}
+    for _ in range(a.reps):
+        mine = anview(a.build, "shm", "pingpong", ["-b", "8", "-e", "8", "-n", "100000"])[0]
+        pairs["lat"].append((mine["lat_us_p50"],
+                             ucx_perftest("tag_lat", 8, 100000, 1000, tls="posix,self")))
+        for key, size, iters, warm in (("bw1", 1 << 20, 2000, 100), ("bw16", 16 << 20, 200, 10)):
+            mine = anview(a.build, "shm", "bw", ["-b", str(size), "-e", str(size)])[0]
+            pairs[key].append((mine["bw_gbs"],
+                               ucx_perftest("tag_bw", size, iters, warm, tls="posix,self")))
+        bw16 = pairs["bw16"][-1][0]
+        pairs["memcpy"].append((bw16, memcpy_rate(16 << 20)))
+        mine = anview(a.build, "shm", "pingpong", ["-b", "16M", "-e", "16M", "-n", "100"])[0]
+        pairs["pp16"].append((mine["bw_gbs"], ompi_vader_pingpong(16 << 20)))
+    names = {"lat": ("8 B one-way latency p50 (us), lower is better", "UCX posix tag_lat"),
+             "bw1": ("1 MiB streaming bandwidth (GB/s)", "UCX posix tag_bw"),
+             "bw16": ("16 MiB streaming bandwidth (GB/s)", "UCX posix tag_bw"),
+             "memcpy": ("16 MiB streaming bandwidth (GB/s)", "memcpy 16 MiB, 1 thread"),
+             "pp16": ("16 MiB ping-pong bandwidth (GB/s)", "Open MPI vader pingpong")}
+    print(f"anview (shm) next to its peers, {a.reps} pairs\n")
+    print("| metric | anview median [min-max] | peer | peer median [min-max] | ratio anview/peer: median of pairs [min-max] |")
+    print("|---|---|---|---|---|")
+    for key, rows in pairs.items():
+        ratios = [m / u for m, u in rows]
+        name, peer = names[key]
+        print(f"| {name} | {fmt(med([m for m, _ in rows]))} | {peer} | "
+              f"{fmt(med([u for _, u in rows]))} | {fmt(med(ratios))}x |")
+
+
 def paired(a):
+    if a.transports == "shm":
+        return paired_shm(a)
     pairs = {"lat": [], "bw1": [], "bw16": []}
     for _ in range(a.reps):
         mine = anview(a.build, a.transports, "pingpong", ["-b", "8", "-e", "8", "-n", "100000"])[0]
