@@ -20,6 +20,7 @@
 //   stop         rank N-1 SIGSTOPs itself; survivors time out on it, then it is continued
 //   garbage      rank 0 sends garbage to the store port and every rank's data ports
 //   version      hellos with a foreign job id, wrong world size, ... get the right rejects
+//   idle         a rank blocked in a receive uses no CPU and wakes at once when the message comes
 //
 // Every check that fails raises Failure; main prints "anview_p2p_check SCENARIO: rank R
 // FAILED: why" on stderr and exits 1. On success rank 0 prints one summary line and every
@@ -1611,10 +1612,59 @@ std::string version(Job& job) {
 // main
 // ------------------------------------------------------------------------------------------
 
+// ------------------------------------------------------------------------------------------
+// idle: a waiting rank uses no CPU, and wakes as soon as its message comes
+// ------------------------------------------------------------------------------------------
+
+double thread_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// Rank 1 blocks in a receive while rank 0 naps for a second, then rank 0 sends: rank 1 must
+// have slept (little CPU) and must wake promptly (the transport's wake-up, not a poll interval).
+// Once eager-sized, once rendezvous-sized (every step of the handshake wakes a sleeper).
+std::string idle(Job& job) {
+  const int me = job.rank();
+  constexpr auto nap = 1000ms;
+  std::string summary;
+  job.barrier(job.size());
+  for (const std::size_t bytes : {std::size_t{8}, 4 * MiB}) {
+    if (me == 0) {
+      std::this_thread::sleep_for(nap);
+      std::vector<char> message(bytes, 'i');
+      const std::int64_t sent_at = Clock::now().time_since_epoch().count();
+      std::memcpy(message.data(), &sent_at, sizeof sent_at);
+      job.comm().send(message.data(), bytes, 1, Tag{4242});
+    } else if (me == 1) {
+      std::vector<char> buffer(bytes);
+      const double cpu_before = thread_cpu_seconds();
+      const Status st = job.comm().recv(buffer.data(), bytes, 0, Tag{4242}, 30s);
+      const std::int64_t arrived = Clock::now().time_since_epoch().count();
+      const double cpu = thread_cpu_seconds() - cpu_before;
+      std::int64_t sent_at = 0;
+      std::memcpy(&sent_at, buffer.data(), sizeof sent_at);
+      const double delay_ms = static_cast<double>(arrived - sent_at) * 1e-6;
+      require(st.bytes == bytes, "the ", bytes, "-byte message arrived with ", st.bytes, " bytes");
+      require(cpu < 0.25, "rank 1 used ", cpu, " s of CPU while it waited about 1 s for a ", bytes,
+              "-byte message: waiting must sleep");
+      require(delay_ms < 50, "rank 1 received the ", bytes, "-byte message ", delay_ms,
+              " ms after it was sent: a sleeping rank must wake at once");
+      summary += cat(bytes, " B: ", static_cast<int>(cpu * 1000), " ms CPU in 1 s of waiting, ",
+                     "awake ", static_cast<int>(delay_ms * 1000), " us after the send; ");
+    }
+    job.barrier(job.size());
+  }
+  job.leave(job.size());
+  return me == 0 ? std::string("rank 1 slept while waiting and woke at once") : summary;
+}
+
 const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"stress", stress},       {"wildcards", wildcards}, {"ordering", ordering},
     {"outstanding", outstanding}, {"timeout", timeout}, {"kill", kill_rank},
     {"stop", stop},           {"garbage", garbage},     {"version", version},
+    {"idle", idle},
 };
 
 int usage(const std::string& why) {
