@@ -259,6 +259,18 @@ void Messenger::send_frame(int peer, const transport::FrameHeader& header, const
   t->post_send(peer, header, payload, ordering, done ? std::move(done) : [](const Error*) {});
 }
 
+void Messenger::complete(RequestPtr request, std::optional<Error> error) {
+  // The caller's reference saves complete(RequestImpl&) a shared_from_this().
+  if (!request->keep_alive && request->phase != RequestImpl::Phase::complete) {
+    request->phase = RequestImpl::Phase::complete;
+    request->error = std::move(error);
+    request->done.store(true, std::memory_order_release);
+    completed_.push_back(std::move(request));
+    return;
+  }
+  complete(*request, std::move(error));
+}
+
 void Messenger::complete(RequestImpl& request, std::optional<Error> error) {
   // The last reference may be keep_alive: it is dropped only after the lock is released
   // (completed_ goes to Completions), never here.
@@ -327,7 +339,11 @@ void Messenger::drive(int sleep_ms) {
   // peer traffic (shm rings need none; a peer's exit or a cross-thread wakeup waits a few
   // rounds at most).
   const int timeout = pollers_busy_ ? 0 : sleep_ms;
-  const bool check_fds = timeout != 0 || ++rounds_ % fd_check_every_ == 0;
+  bool check_fds = timeout != 0;
+  if (--rounds_to_fd_check_ == 0) {
+    rounds_to_fd_check_ = fd_check_every_;
+    check_fds = true;
+  }
   // The common spinning round: no fd check due and the pollers say (lock-free) that they have
   // nothing to do, so the lock round is skipped: a waiter spins on a few atomics only.
   if (!check_fds && !engine_.pollers_may_have_work()) return;

@@ -115,6 +115,7 @@ class Messenger final : public transport::FrameSink,
 
   // All below: mu_ held.
   void complete(RequestImpl& request, std::optional<Error> error);
+  void complete(RequestPtr request, std::optional<Error> error);
   void take_completed(Completions& out);
   // Without mu_: wakes sleeping waiters if needed, runs the callbacks.
   void run_callbacks(Completions& completed);
@@ -139,7 +140,7 @@ class Messenger final : public transport::FrameSink,
   std::condition_variable cv_;  // signalled when requests complete or the driver leaves
   std::atomic<bool> driving_{false};  // a thread drives progress (lock-free role)
   bool pollers_busy_ = true;  // the driver's: pollers had work on the last round
-  unsigned rounds_ = 0;       // the driver's: rounds that did not sleep
+  unsigned rounds_to_fd_check_ = 1;  // the driver's: rounds until epoll is polled again
   unsigned fd_check_every_ = 1;  // such rounds poll epoll once per this many
   std::atomic<int> sleepers_{0};  // threads sleeping on cv_ (incremented under mu_)
 

@@ -56,8 +56,9 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
           return {};  // the transport consumes and drops the payload
         }
         recv->phase = RequestImpl::Phase::matched;
-        ps.eager_target = recv;
-        return {.data = recv->recv_data, .defer = false};
+        char* landing = recv->recv_data;
+        ps.eager_target = std::move(recv);
+        return {.data = landing, .defer = false};
       }
       Unexpected u{.source = peer, .tag = h.tag, .bytes = h.payload_bytes, .rendezvous = false,
                    .sender_id = 0, .data = std::make_unique<char[]>(h.payload_bytes),
@@ -133,8 +134,8 @@ void Messenger::on_frame_done(int peer, const transport::FrameHeader& h, void*) 
         auto it = ps.eager_unexpected;
         it->complete = true;
         if (RequestPtr waiting = std::move(it->waiting)) match_unexpected(waiting, it);
-      } else if (RequestPtr recv = std::move(ps.eager_target)) {
-        complete(*recv, std::nullopt);
+      } else if (ps.eager_target) {
+        complete(std::move(ps.eager_target), std::nullopt);
       }
       return;
     case FrameType::data: {
@@ -145,7 +146,7 @@ void Messenger::on_frame_done(int peer, const transport::FrameHeader& h, void*) 
       if (recv.received == recv.expected) {
         RequestPtr done = std::move(it->second);
         recvs_.erase(it);
-        complete(*done, std::nullopt);
+        complete(std::move(done), std::nullopt);
       }
       return;
     }
