@@ -1,6 +1,7 @@
 // Everything a user of Anview includes.
 #pragma once
 
+#include "anview/collectives.hpp"
 #include "anview/communicator.hpp"
 #include "anview/error.hpp"
 #include "anview/request.hpp"

@@ -18,7 +18,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
+#include "anview/collectives.hpp"
 #include "anview/error.hpp"
 #include "anview/request.hpp"
 #include "anview/store.hpp"
@@ -63,6 +65,38 @@ class Communicator {
             std::optional<std::chrono::milliseconds> timeout = {});
   Status recv(void* data, std::size_t capacity, int source, Tag tag,
               std::optional<std::chrono::milliseconds> timeout = {});
+
+  // Collectives. Every rank calls the same collectives in the same order, with the same
+  // count, type, operation and root (MPI's rule); one thread at a time per communicator. A
+  // message of the wrong size is reported as a protocol Error naming the call and the peer;
+  // other mismatches are not detected yet and end in the timeout, which names the call, the
+  // peer and what it waits for. `count` is in elements of `type`; passing the same buffer as send and receive works in
+  // place (except alltoall). Each step waits up to the communicator's timeout; a failure names
+  // the call ("allreduce #12"), the peer and the cause.
+  void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  void allreduce(void* data, std::size_t count, DataType type, ReduceOp op) {
+    allreduce(data, data, count, type, op);
+  }
+  void broadcast(void* data, std::size_t count, DataType type, int root);
+  // `recv` matters on the root only.
+  void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+              int root);
+  // `recv` holds size() blocks of `count` elements; block r comes from rank r.
+  void allgather(const void* send, void* recv, std::size_t count, DataType type);
+  // `send` holds size() blocks of `count`; this rank receives the reduction of block rank().
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                      ReduceOp op);
+  // `recv` (root only) holds size() blocks of `count`, block r from rank r.
+  void gather(const void* send, void* recv, std::size_t count, DataType type, int root);
+  // `send` (root only) holds size() blocks of `count`; rank r receives block r.
+  void scatter(const void* send, void* recv, std::size_t count, DataType type, int root);
+  // `send` holds size() blocks of `count`: block r goes to rank r; `recv` gets block r from r.
+  void alltoall(const void* send, void* recv, std::size_t count, DataType type);
+  void barrier();
+  // The algorithm `collective` ("allreduce", "broadcast", ...) uses for `bytes` on this
+  // communicator, and why (ANVIEW_ALGO or the size rule); empty for an unknown name.
+  std::string collective_algorithm(std::string_view collective, std::size_t bytes,
+                                   std::string* why = nullptr) const;
 
   // Drives progress once without sleeping (for callbacks and coroutines when nothing waits).
   void progress();

@@ -51,6 +51,7 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
                               .host_id = bootstrap::host_id(),
                               .timeout = timeout};
   messenger_ = std::make_shared<p2p::Messenger>(config);
+  collectives_ = std::make_unique<collectives::Collectives>(*messenger_);
   const auto peers =
       exchange_peer_info(store_, options.store_prefix, messenger_->self_info(), size, timeout);
   messenger_->connect(peers);
@@ -113,6 +114,50 @@ Status Communicator::recv(void* data, std::size_t capacity, int source, Tag tag,
                           std::optional<std::chrono::milliseconds> timeout) {
   auto impl = impl_->messenger().irecv(data, capacity, source, tag);
   return wait_or_abandon(impl_->messenger(), *impl, timeout);
+}
+
+void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                             ReduceOp op) {
+  impl_->collectives().allreduce(send, recv, count, type, op);
+}
+
+void Communicator::broadcast(void* data, std::size_t count, DataType type, int root) {
+  impl_->collectives().broadcast(data, count, type, root);
+}
+
+void Communicator::reduce(const void* send, void* recv, std::size_t count, DataType type,
+                          ReduceOp op, int root) {
+  impl_->collectives().reduce(send, recv, count, type, op, root);
+}
+
+void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type) {
+  impl_->collectives().allgather(send, recv, count, type);
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                                  ReduceOp op) {
+  impl_->collectives().reduce_scatter(send, recv, count, type, op);
+}
+
+void Communicator::gather(const void* send, void* recv, std::size_t count, DataType type,
+                          int root) {
+  impl_->collectives().gather(send, recv, count, type, root);
+}
+
+void Communicator::scatter(const void* send, void* recv, std::size_t count, DataType type,
+                           int root) {
+  impl_->collectives().scatter(send, recv, count, type, root);
+}
+
+void Communicator::alltoall(const void* send, void* recv, std::size_t count, DataType type) {
+  impl_->collectives().alltoall(send, recv, count, type);
+}
+
+void Communicator::barrier() { impl_->collectives().barrier(); }
+
+std::string Communicator::collective_algorithm(std::string_view collective, std::size_t bytes,
+                                               std::string* why) const {
+  return impl_->collectives().algorithm(collective, bytes, why);
 }
 
 void Communicator::progress() { impl_->messenger().progress(); }

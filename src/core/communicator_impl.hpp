@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "anview/communicator.hpp"
+#include "collectives/collectives.hpp"
 #include "p2p/messenger.hpp"
 
 namespace anview::detail {
@@ -16,11 +17,13 @@ class CommunicatorImpl {
   ~CommunicatorImpl();
 
   p2p::Messenger& messenger() { return *messenger_; }
+  collectives::Collectives& collectives() { return *collectives_; }
   Store& store() { return store_; }
 
  private:
   Store store_;
   std::shared_ptr<p2p::Messenger> messenger_;
+  std::unique_ptr<collectives::Collectives> collectives_;
 };
 
 }  // namespace anview::detail

@@ -5,8 +5,9 @@
 namespace anview::p2p {
 namespace {
 
+// any_tag matches user tags only: the reserved ones carry collectives' internal traffic.
 bool tag_matches(Tag wanted, std::uint64_t tag) {
-  return wanted == any_tag || to_underlying(wanted) == tag;
+  return wanted == any_tag ? tag < reserved_tags : to_underlying(wanted) == tag;
 }
 
 }  // namespace

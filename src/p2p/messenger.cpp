@@ -153,13 +153,14 @@ bool Messenger::send_now(const void* data, std::size_t bytes, int peer, Tag tag)
          ps.transport->try_send_now(peer, eager_header(bytes, tag), data);
 }
 
-RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag tag) {
+RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag tag,
+                            bool internal) {
   auto req = std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::send, peer, tag);
   if (peer < 0 || peer >= config_.world_size)
     throw request_error(*req, ErrorKind::usage, "peer " + std::to_string(peer) +
                                                     " is not a rank of this communicator (size " +
                                                     std::to_string(config_.world_size) + ")");
-  if (to_underlying(tag) >= reserved_tags)
+  if (to_underlying(tag) >= reserved_tags && (!internal || tag == any_tag))
     throw request_error(*req, ErrorKind::usage, "tags at or above 2^63 are reserved");
   if (data == nullptr && bytes > 0)
     throw request_error(*req, ErrorKind::usage, "null buffer for a non-empty message");
@@ -205,13 +206,14 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
   return req;
 }
 
-RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag tag) {
+RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag tag,
+                            bool internal) {
   auto req = std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::recv, source, tag);
   if (source != any_source && (source < 0 || source >= config_.world_size))
     throw request_error(*req, ErrorKind::usage, "source " + std::to_string(source) +
                                                     " is not a rank of this communicator (size " +
                                                     std::to_string(config_.world_size) + ")");
-  if (tag != any_tag && to_underlying(tag) >= reserved_tags)
+  if (tag != any_tag && to_underlying(tag) >= reserved_tags && !internal)
     throw request_error(*req, ErrorKind::usage, "tags at or above 2^63 are reserved");
   if (data == nullptr && capacity > 0)
     throw request_error(*req, ErrorKind::usage, "null buffer with a non-zero capacity");

@@ -68,11 +68,12 @@ class Messenger final : public transport::FrameSink,
   transport::PeerInfo self_info() const;
   void connect(const std::vector<transport::PeerInfo>& peers);
 
-  RequestPtr isend(const void* data, std::size_t bytes, int peer, Tag tag);
+  // `internal`: the caller is a layer above p2p (collectives) and may use reserved tags.
+  RequestPtr isend(const void* data, std::size_t bytes, int peer, Tag tag, bool internal = false);
   // The blocking send's fast path: true when a small message was handed to the transport at
   // once (no request needed); false when the caller must isend() (which also reports errors).
   bool send_now(const void* data, std::size_t bytes, int peer, Tag tag);
-  RequestPtr irecv(void* data, std::size_t capacity, int source, Tag tag);
+  RequestPtr irecv(void* data, std::size_t capacity, int source, Tag tag, bool internal = false);
 
   bool test(RequestImpl& request);
   // Raises Error(timeout) at the deadline (the request stays pending), or the request's Error.

@@ -1,8 +1,12 @@
-// anview-perf: point-to-point benchmarks between rank 0 and rank 1 (other ranks idle).
+// anview-perf: point-to-point benchmarks between rank 0 and rank 1 (other ranks idle), and
+// collective benchmarks over all ranks (collective.cpp).
 //
 //   pingpong  one-way latency = round trip / 2, per iteration; p50 / p99 / avg over iterations
 //   bw        streaming bandwidth with a window of outstanding sends (like ucx_perftest tag_bw):
 //             rank 0 posts `window` isends, rank 1 the matching irecvs, then a 0-byte ack
+//
+//   allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall, barrier: nccl-tests
+//             columns (size, count, type, redop, root, algo, time_us, algbw, busbw, #wrong)
 //
 // Run under a launcher: anview-run -n 2 anview-perf pingpong -b 8 -e 16M --json
 #include <algorithm>
@@ -18,6 +22,7 @@
 
 #include "anview/anview.hpp"
 #include "base/config.hpp"
+#include "collective.hpp"
 
 namespace {
 
@@ -33,6 +38,9 @@ struct Options {
   int window = 0;   // 0: automatic
   bool check = false;
   bool json = false;
+  std::string dtype = "float32";
+  std::string redop = "sum";
+  int root = 0;
 };
 
 struct Result {
@@ -186,7 +194,14 @@ std::string human(std::size_t bytes) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"anview-perf: point-to-point latency and bandwidth between rank 0 and rank 1"};
-  app.add_option("op", o.op, "pingpong or bw")->required()->check(CLI::IsMember({"pingpong", "bw"}));
+  app.add_option("op", o.op, "pingpong, bw, or a collective: allreduce, broadcast, reduce, "
+                            "allgather, reduce_scatter, alltoall, barrier")
+      ->required()
+      ->check(CLI::IsMember({"pingpong", "bw", "allreduce", "broadcast", "reduce", "allgather",
+                             "reduce_scatter", "alltoall", "barrier"}));
+  app.add_option("-d,--dtype", o.dtype, "collectives: element type (float32, int32, ...)");
+  app.add_option("-o,--redop", o.redop, "collectives: sum, prod, min, max, avg, band, bor, bxor");
+  app.add_option("-r,--root", o.root, "broadcast and reduce: the root rank");
   app.add_option("-b,--min-bytes", o.min_size, "smallest message (K/M/G suffixes)");
   app.add_option("-e,--max-bytes", o.max_size, "largest message (K/M/G suffixes)");
   app.add_option("-f,--factor", o.factor, "size step factor")->check(CLI::PositiveNumber);
@@ -202,6 +217,21 @@ int main(int argc, char** argv) {
     const auto max_bytes = static_cast<std::size_t>(anview::base::parse_size(o.max_size, "-e"));
     if (o.factor <= 1.0) throw std::runtime_error("-f must be > 1");
     auto comm = anview::Communicator::from_env();
+    if (perf::is_collective(o.op)) {
+      perf::CollectiveOptions c{.op = o.op, .min_bytes = min_bytes, .max_bytes = max_bytes,
+                                .factor = o.factor, .iters = o.iters, .warmup = o.warmup,
+                                .root = o.root, .check = o.check, .json = o.json};
+      bool type_ok = false, op_ok = false;
+      for (int t = 0; t <= static_cast<int>(anview::DataType::float64); ++t)
+        if (anview::name_of(static_cast<anview::DataType>(t)) == o.dtype)
+          c.type = static_cast<anview::DataType>(t), type_ok = true;
+      for (int t = 0; t <= static_cast<int>(anview::ReduceOp::bxor); ++t)
+        if (anview::name_of(static_cast<anview::ReduceOp>(t)) == o.redop)
+          c.redop = static_cast<anview::ReduceOp>(t), op_ok = true;
+      if (!type_ok) throw std::runtime_error("unknown -d " + o.dtype);
+      if (!op_ok) throw std::runtime_error("unknown -o " + o.redop);
+      return perf::run_collective(comm, c) == 0 ? 0 : 1;
+    }
     if (comm.size() < 2) {
       std::cerr << "anview-perf: needs at least 2 ranks (e.g. anview-run -n 2 anview-perf "
                 << o.op << ")\n";

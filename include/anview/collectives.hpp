@@ -1,0 +1,31 @@
+// Element types and reduction operations of the collectives (Communicator::allreduce, ...).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace anview {
+
+enum class DataType : std::uint8_t {
+  int8,
+  uint8,
+  int32,
+  uint32,
+  int64,
+  uint64,
+  float16,   // IEEE binary16, accumulated in float
+  bfloat16,  // accumulated in float
+  float32,
+  float64,
+};
+
+// avg is sum divided by the number of ranks (integer division for integer types). band, bor
+// and bxor exist for integer types only; other combinations are a usage Error at the call.
+enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg, band, bor, bxor };
+
+std::size_t size_of(DataType type);
+std::string_view name_of(DataType type);
+std::string_view name_of(ReduceOp op);
+
+}  // namespace anview

@@ -1,0 +1,271 @@
+#include "collectives/algorithms.hpp"
+
+#include <cstring>
+#include <vector>
+
+#include "collectives/reduce.hpp"
+
+namespace anview::collectives {
+namespace {
+
+using p2p::RequestPtr;
+
+// Failures name the collective call they broke (with the p2p cause, peer and kind).
+[[noreturn]] void rethrow(const Call& call, const Error& e) {
+  throw e.for_operation(call.operation, std::nullopt);
+}
+
+void wait(Call& call, const RequestPtr& request) {
+  try {
+    call.messenger.wait(*request, call.timeout);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::timeout) call.messenger.abandon(*request, e);
+    rethrow(call, e);
+  }
+}
+
+RequestPtr post_recv(Call& call, void* data, std::size_t bytes, int from) {
+  return call.messenger.irecv(data, bytes, from, call.tag, true);
+}
+
+RequestPtr post_send(Call& call, const void* data, std::size_t bytes, int to) {
+  return call.messenger.isend(data, bytes, to, call.tag, true);
+}
+
+void send(Call& call, const void* data, std::size_t bytes, int to) {
+  wait(call, post_send(call, data, bytes, to));
+}
+
+// A message of another size than this rank expects means the ranks disagree about the call.
+void check_size(const Call& call, const RequestPtr& r, std::size_t bytes, int from) {
+  if (r->status.bytes == bytes) return;
+  throw Error(ErrorKind::protocol,
+              {.rank = call.rank,
+               .peer = from,
+               .operation = call.operation,
+               .cause = "rank " + std::to_string(from) + " sent " +
+                        std::to_string(r->status.bytes) + " bytes where " + std::to_string(bytes) +
+                        " were due: do all ranks call the same collectives in the same order with "
+                        "the same sizes?"});
+}
+
+void recv(Call& call, void* data, std::size_t bytes, int from) {
+  const RequestPtr r = post_recv(call, data, bytes, from);
+  wait(call, r);
+  check_size(call, r, bytes, from);
+}
+
+// Sends to one rank and receives from another at once (both posted before either waits).
+void sendrecv(Call& call, const void* sdata, std::size_t sbytes, int to, void* rdata,
+              std::size_t rbytes, int from) {
+  const RequestPtr r = post_recv(call, rdata, rbytes, from);
+  const RequestPtr s = post_send(call, sdata, sbytes, to);
+  wait(call, s);
+  wait(call, r);
+  check_size(call, r, rbytes, from);
+}
+
+// Segment i of `count` elements cut into `parts` nearly equal pieces.
+struct Segment {
+  std::size_t offset;
+  std::size_t count;
+};
+Segment segment(std::size_t count, int parts, int i) {
+  const std::size_t base = count / static_cast<std::size_t>(parts);
+  const std::size_t extra = count % static_cast<std::size_t>(parts);
+  const auto u = static_cast<std::size_t>(i);
+  return {u * base + std::min(u, extra), base + (u < extra ? 1 : 0)};
+}
+
+int mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
+
+}  // namespace
+
+void allreduce_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op) {
+  const int n = call.size;
+  const int r = call.rank;
+  const std::size_t esize = size_of(type);
+  auto* bytes = static_cast<char*>(data);
+  const int right = mod(r + 1, n);
+  const int left = mod(r - 1, n);
+  std::vector<char> incoming(segment(count, n, 0).count * esize);
+  // Reduce-scatter: after n-1 steps this rank holds the full reduction of segment r.
+  for (int s = 0; s < n - 1; ++s) {
+    const Segment out = segment(count, n, mod(r - s - 1, n));
+    const Segment in = segment(count, n, mod(r - s - 2, n));
+    sendrecv(call, bytes + out.offset * esize, out.count * esize, right, incoming.data(),
+             in.count * esize, left);
+    reduce_into(bytes + in.offset * esize, incoming.data(), in.count, type, op);
+  }
+  // Allgather: pass the reduced segments around the ring.
+  for (int s = 0; s < n - 1; ++s) {
+    const Segment out = segment(count, n, mod(r - s, n));
+    const Segment in = segment(count, n, mod(r - s - 1, n));
+    sendrecv(call, bytes + out.offset * esize, out.count * esize, right, bytes + in.offset * esize,
+             in.count * esize, left);
+  }
+}
+
+void allreduce_recursive_doubling(Call& call, void* data, std::size_t count, DataType type,
+                                  ReduceOp op) {
+  const int n = call.size;
+  const int r = call.rank;
+  const std::size_t bytes = count * size_of(type);
+  std::vector<char> incoming(bytes);
+  // Non-powers of two (MPICH's scheme): the first 2*extra ranks pair up, the even one of each
+  // pair hands its data to the odd one and sits out; the rest is a power of two.
+  int pof2 = 1;
+  while (pof2 * 2 <= n) pof2 *= 2;
+  const int extra = n - pof2;
+  int vrank;
+  if (r < 2 * extra) {
+    if (r % 2 == 0) {
+      send(call, data, bytes, r + 1);
+      vrank = -1;
+    } else {
+      recv(call, incoming.data(), bytes, r - 1);
+      reduce_into(data, incoming.data(), count, type, op);
+      vrank = r / 2;
+    }
+  } else {
+    vrank = r - extra;
+  }
+  if (vrank >= 0) {
+    for (int mask = 1; mask < pof2; mask <<= 1) {
+      const int vpartner = vrank ^ mask;
+      const int partner = vpartner < extra ? vpartner * 2 + 1 : vpartner + extra;
+      sendrecv(call, data, bytes, partner, incoming.data(), bytes, partner);
+      // Both partners combine the same two operands: every rank ends with identical bits.
+      reduce_into(data, incoming.data(), count, type, op);
+    }
+  }
+  if (r < 2 * extra) {
+    if (r % 2 == 1) {
+      send(call, data, bytes, r - 1);
+    } else {
+      recv(call, data, bytes, r + 1);
+    }
+  }
+}
+
+void broadcast_binomial(Call& call, void* data, std::size_t bytes, int root) {
+  const int n = call.size;
+  const int vr = mod(call.rank - root, n);
+  int mask = 1;
+  while (mask < n) {
+    if (vr & mask) {
+      recv(call, data, bytes, mod(vr - mask + root, n));
+      break;
+    }
+    mask <<= 1;
+  }
+  std::vector<RequestPtr> sends;
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n) sends.push_back(post_send(call, data, bytes, mod(vr + mask + root, n)));
+  }
+  for (auto& s : sends) wait(call, s);
+}
+
+void reduce_binomial(Call& call, void* data, std::size_t count, DataType type, ReduceOp op,
+                     int root) {
+  const int n = call.size;
+  const int vr = mod(call.rank - root, n);
+  const std::size_t bytes = count * size_of(type);
+  std::vector<char> incoming(bytes);
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (vr & mask) {
+      send(call, data, bytes, mod(vr - mask + root, n));
+      return;
+    }
+    if (vr + mask < n) {
+      recv(call, incoming.data(), bytes, mod(vr + mask + root, n));
+      reduce_into(data, incoming.data(), count, type, op);
+    }
+  }
+}
+
+void allgather_ring(Call& call, void* data, std::size_t block) {
+  const int n = call.size;
+  const int r = call.rank;
+  auto* bytes = static_cast<char*>(data);
+  for (int s = 0; s < n - 1; ++s) {
+    const auto out = static_cast<std::size_t>(mod(r - s, n));
+    const auto in = static_cast<std::size_t>(mod(r - s - 1, n));
+    sendrecv(call, bytes + out * block, block, mod(r + 1, n), bytes + in * block, block,
+             mod(r - 1, n));
+  }
+}
+
+void reduce_scatter_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op) {
+  const int n = call.size;
+  const int r = call.rank;
+  const std::size_t block = count * size_of(type);
+  auto* bytes = static_cast<char*>(data);
+  std::vector<char> incoming(block);
+  for (int s = 0; s < n - 1; ++s) {
+    const auto out = static_cast<std::size_t>(mod(r - s - 1, n));
+    const auto in = static_cast<std::size_t>(mod(r - s - 2, n));
+    sendrecv(call, bytes + out * block, block, mod(r + 1, n), incoming.data(), block,
+             mod(r - 1, n));
+    reduce_into(bytes + in * block, incoming.data(), count, type, op);
+  }
+}
+
+void alltoall_pairwise(Call& call, const void* send_data, void* recv_data, std::size_t block) {
+  const int n = call.size;
+  const int r = call.rank;
+  const auto* in = static_cast<const char*>(send_data);
+  auto* out = static_cast<char*>(recv_data);
+  std::memcpy(out + static_cast<std::size_t>(r) * block, in + static_cast<std::size_t>(r) * block,
+              block);
+  // Step s: send to r+s, receive from r-s; every pair meets exactly once.
+  for (int s = 1; s < n; ++s) {
+    const int to = mod(r + s, n);
+    const int from = mod(r - s, n);
+    sendrecv(call, in + static_cast<std::size_t>(to) * block, block, to,
+             out + static_cast<std::size_t>(from) * block, block, from);
+  }
+}
+
+void gather_linear(Call& call, const void* send_data, void* recv_data, std::size_t block,
+                   int root) {
+  if (call.rank != root) {
+    send(call, send_data, block, root);
+    return;
+  }
+  auto* out = static_cast<char*>(recv_data);
+  std::vector<RequestPtr> recvs;
+  for (int p = 0; p < call.size; ++p) {
+    if (p == root) continue;
+    recvs.push_back(post_recv(call, out + static_cast<std::size_t>(p) * block, block, p));
+  }
+  std::memcpy(out + static_cast<std::size_t>(root) * block, send_data, block);
+  for (auto& r : recvs) wait(call, r);
+}
+
+void scatter_linear(Call& call, const void* send_data, void* recv_data, std::size_t block,
+                    int root) {
+  if (call.rank != root) {
+    recv(call, recv_data, block, root);
+    return;
+  }
+  const auto* in = static_cast<const char*>(send_data);
+  std::vector<RequestPtr> sends;
+  for (int p = 0; p < call.size; ++p) {
+    if (p == root) continue;
+    sends.push_back(post_send(call, in + static_cast<std::size_t>(p) * block, block, p));
+  }
+  std::memcpy(recv_data, in + static_cast<std::size_t>(root) * block, block);
+  for (auto& s : sends) wait(call, s);
+}
+
+void barrier_dissemination(Call& call) {
+  const int n = call.size;
+  char token = 0, got = 0;
+  for (int k = 1; k < n; k <<= 1)
+    sendrecv(call, &token, 0, mod(call.rank + k, n), &got, 0, mod(call.rank - k, n));
+}
+
+}  // namespace anview::collectives

@@ -1,0 +1,44 @@
+// Collective algorithms, written against p2p only (../shared/ARCHITECTURE.md). Every rank of
+// the communicator calls the same collectives in the same order; each call gets its own
+// reserved tag, so its messages never mix with user messages or with another call's.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "anview/collectives.hpp"
+#include "anview/types.hpp"
+#include "p2p/messenger.hpp"
+
+namespace anview::collectives {
+
+// One collective call: who we are, its tag, its deadline per step, and its name for errors.
+struct Call {
+  p2p::Messenger& messenger;
+  int rank;
+  int size;
+  Tag tag;
+  std::chrono::milliseconds timeout;
+  std::string operation;  // "allreduce #12"
+};
+
+// Algorithms. `data` holds `count` elements of `type`; in place unless noted.
+void allreduce_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op);
+void allreduce_recursive_doubling(Call& call, void* data, std::size_t count, DataType type,
+                                  ReduceOp op);
+void broadcast_binomial(Call& call, void* data, std::size_t bytes, int root);
+// `data` is this rank's contribution; the root's ends up holding the result.
+void reduce_binomial(Call& call, void* data, std::size_t count, DataType type, ReduceOp op,
+                     int root);
+// `data` holds size * block bytes; this rank's block is at rank * block on entry.
+void allgather_ring(Call& call, void* data, std::size_t block);
+// `data` holds size * count elements; on return this rank's reduced block is at rank * count.
+void reduce_scatter_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op);
+// `send` holds size blocks of `block` bytes, block r for rank r; `recv` gets block r from rank r.
+void alltoall_pairwise(Call& call, const void* send, void* recv, std::size_t block);
+void gather_linear(Call& call, const void* send, void* recv, std::size_t block, int root);
+void scatter_linear(Call& call, const void* send, void* recv, std::size_t block, int root);
+void barrier_dissemination(Call& call);
+
+}  // namespace anview::collectives

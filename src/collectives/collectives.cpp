@@ -1,0 +1,207 @@
+#include "collectives/collectives.hpp"
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "base/config.hpp"
+#include "collectives/reduce.hpp"
+
+namespace anview::collectives {
+namespace {
+
+const base::Setting algo_setting(
+    "collectives", "ANVIEW_ALGO", "",
+    "Forces algorithms, e.g. allreduce=ring or allreduce=recursive_doubling (default: chosen by "
+    "message size)");
+const base::Setting small_allreduce_setting(
+    "collectives", "ANVIEW_ALLREDUCE_SMALL_BYTES", "64K",
+    "allreduce up to this size uses recursive doubling (latency-bound); above it the ring "
+    "(bandwidth-bound)");
+
+// The value forced for `collective` in ANVIEW_ALGO, or empty.
+std::string forced(const std::string& collective) {
+  for (const auto& item : algo_setting.as_list()) {
+    const auto eq = item.find('=');
+    if (eq != std::string::npos && item.substr(0, eq) == collective) return item.substr(eq + 1);
+  }
+  return {};
+}
+
+}  // namespace
+
+Call Collectives::begin(const char* name) {
+  const std::uint64_t seq = ++sequence_;
+  return Call{messenger_,
+              messenger_.rank(),
+              messenger_.size(),
+              Tag{reserved_tags + (seq & ((std::uint64_t{1} << 62) - 1))},
+              messenger_.default_timeout(),
+              std::string(name) + " #" + std::to_string(seq)};
+}
+
+void Collectives::usage(const Call& call, const std::string& cause) const {
+  throw Error(ErrorKind::usage, {.rank = call.rank, .operation = call.operation, .cause = cause});
+}
+
+void Collectives::check_root(const Call& call, int root) const {
+  if (root < 0 || root >= call.size) {
+    usage(call, "root " + std::to_string(root) + " is not a rank of this communicator (size " +
+                    std::to_string(call.size) + ")");
+  }
+}
+
+std::size_t Collectives::checked_bytes(const Call& call, std::size_t count, DataType type) const {
+  const std::size_t esize = size_of(type);
+  if (esize == 0) usage(call, "unknown data type " + std::to_string(static_cast<int>(type)));
+  const std::size_t limit =
+      std::numeric_limits<std::size_t>::max() / (esize * static_cast<std::size_t>(call.size));
+  if (count > limit) usage(call, "count " + std::to_string(count) + " overflows the buffer size");
+  return count * esize;
+}
+
+void Collectives::check_buffer(const Call& call, const void* p, std::size_t bytes,
+                               const char* which) const {
+  if (p == nullptr && bytes > 0) usage(call, std::string("null ") + which + " buffer");
+}
+
+std::string Collectives::allreduce_choice(std::size_t bytes, std::string* why) const {
+  const std::string pick = forced("allreduce");
+  if (pick == "ring" || pick == "recursive_doubling") {
+    if (why) *why = "forced by ANVIEW_ALGO";
+    return pick;
+  }
+  const auto small = static_cast<std::size_t>(small_allreduce_setting.as_int());
+  if (bytes <= small) {
+    if (why) *why = std::to_string(bytes) + " B <= ANVIEW_ALLREDUCE_SMALL_BYTES: latency-bound";
+    return "recursive_doubling";
+  }
+  if (why) *why = std::to_string(bytes) + " B > ANVIEW_ALLREDUCE_SMALL_BYTES: bandwidth-bound";
+  return "ring";
+}
+
+std::string Collectives::algorithm(std::string_view collective, std::size_t bytes,
+                                   std::string* why) const {
+  if (collective == "allreduce") return allreduce_choice(bytes, why);
+  static const std::pair<std::string_view, std::string_view> fixed[] = {
+      {"broadcast", "binomial"},  {"reduce", "binomial"},      {"allgather", "ring"},
+      {"reduce_scatter", "ring"}, {"alltoall", "pairwise"},    {"gather", "linear"},
+      {"scatter", "linear"},      {"barrier", "dissemination"}};
+  for (const auto& [name, algo] : fixed) {
+    if (name == collective) {
+      if (why) *why = "the only algorithm implemented so far";
+      return std::string(algo);
+    }
+  }
+  return {};
+}
+
+void Collectives::allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                            ReduceOp op) {
+  Call call = begin("allreduce");
+  const std::size_t bytes = checked_bytes(call, count, type);
+  if (const auto why = unsupported(type, op); !why.empty()) usage(call, why);
+  check_buffer(call, send, bytes, "send");
+  check_buffer(call, recv, bytes, "receive");
+  if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
+  const std::string forced_algo = forced("allreduce");
+  if (!forced_algo.empty() && forced_algo != "ring" && forced_algo != "recursive_doubling")
+    usage(call, "ANVIEW_ALGO names allreduce=" + forced_algo + "; known: ring, recursive_doubling");
+  if (call.size > 1 && count > 0) {
+    // The ring needs at least one element per rank to be worth its 2(n-1) steps.
+    if (allreduce_choice(bytes, nullptr) == "ring" && count >= static_cast<std::size_t>(call.size))
+      allreduce_ring(call, recv, count, type, op);
+    else
+      allreduce_recursive_doubling(call, recv, count, type, op);
+  }
+  if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
+}
+
+void Collectives::broadcast(void* data, std::size_t count, DataType type, int root) {
+  Call call = begin("broadcast");
+  const std::size_t bytes = checked_bytes(call, count, type);
+  check_root(call, root);
+  check_buffer(call, data, bytes, "data");
+  if (call.size > 1) broadcast_binomial(call, data, bytes, root);
+}
+
+void Collectives::reduce(const void* send, void* recv, std::size_t count, DataType type,
+                         ReduceOp op, int root) {
+  Call call = begin("reduce");
+  const std::size_t bytes = checked_bytes(call, count, type);
+  if (const auto why = unsupported(type, op); !why.empty()) usage(call, why);
+  check_root(call, root);
+  check_buffer(call, send, bytes, "send");
+  if (call.rank == root) check_buffer(call, recv, bytes, "receive");
+  // The tree reduces in place: the root works in its receive buffer, the others in a copy.
+  std::vector<char> scratch;
+  void* work = recv;
+  if (call.rank != root) {
+    scratch.assign(static_cast<const char*>(send), static_cast<const char*>(send) + bytes);
+    work = scratch.data();
+  } else if (send != recv && bytes > 0) {
+    std::memcpy(recv, send, bytes);
+  }
+  if (call.size > 1) reduce_binomial(call, work, count, type, op, root);
+  if (call.rank == root && op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
+}
+
+void Collectives::allgather(const void* send, void* recv, std::size_t count, DataType type) {
+  Call call = begin("allgather");
+  const std::size_t block = checked_bytes(call, count, type);
+  check_buffer(call, send, block, "send");
+  check_buffer(call, recv, block, "receive");
+  char* mine = static_cast<char*>(recv) + static_cast<std::size_t>(call.rank) * block;
+  if (send != mine && block > 0) std::memcpy(mine, send, block);
+  if (call.size > 1) allgather_ring(call, recv, block);
+}
+
+void Collectives::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                                 ReduceOp op) {
+  Call call = begin("reduce_scatter");
+  const std::size_t block = checked_bytes(call, count, type);
+  if (const auto why = unsupported(type, op); !why.empty()) usage(call, why);
+  check_buffer(call, send, block, "send");
+  check_buffer(call, recv, block, "receive");
+  const std::size_t all = block * static_cast<std::size_t>(call.size);
+  std::vector<char> work(static_cast<const char*>(send), static_cast<const char*>(send) + all);
+  if (call.size > 1) reduce_scatter_ring(call, work.data(), count, type, op);
+  if (block > 0)
+    std::memcpy(recv, work.data() + static_cast<std::size_t>(call.rank) * block, block);
+  if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
+}
+
+void Collectives::gather(const void* send, void* recv, std::size_t count, DataType type, int root) {
+  Call call = begin("gather");
+  const std::size_t block = checked_bytes(call, count, type);
+  check_root(call, root);
+  check_buffer(call, send, block, "send");
+  if (call.rank == root) check_buffer(call, recv, block, "receive");
+  gather_linear(call, send, recv, block, root);
+}
+
+void Collectives::scatter(const void* send, void* recv, std::size_t count, DataType type,
+                          int root) {
+  Call call = begin("scatter");
+  const std::size_t block = checked_bytes(call, count, type);
+  check_root(call, root);
+  if (call.rank == root) check_buffer(call, send, block, "send");
+  check_buffer(call, recv, block, "receive");
+  scatter_linear(call, send, recv, block, root);
+}
+
+void Collectives::alltoall(const void* send, void* recv, std::size_t count, DataType type) {
+  Call call = begin("alltoall");
+  const std::size_t block = checked_bytes(call, count, type);
+  check_buffer(call, send, block, "send");
+  check_buffer(call, recv, block, "receive");
+  if (send == recv && block > 0) usage(call, "alltoall cannot run in place");
+  alltoall_pairwise(call, send, recv, block);
+}
+
+void Collectives::barrier() {
+  Call call = begin("barrier");
+  barrier_dissemination(call);
+}
+
+}  // namespace anview::collectives

@@ -1,0 +1,47 @@
+// The collectives of one communicator: argument checks, the choice of algorithm, and the
+// sequence number that gives each call its own reserved tag. Blocking; every step waits with
+// the communicator's timeout, and a failure names the call ("allreduce #12"), the peer and the
+// cause.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "anview/collectives.hpp"
+#include "collectives/algorithms.hpp"
+#include "p2p/messenger.hpp"
+
+namespace anview::collectives {
+
+class Collectives {
+ public:
+  explicit Collectives(p2p::Messenger& messenger) : messenger_(messenger) {}
+
+  void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  void broadcast(void* data, std::size_t count, DataType type, int root);
+  void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+              int root);
+  void allgather(const void* send, void* recv, std::size_t count, DataType type);
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  void gather(const void* send, void* recv, std::size_t count, DataType type, int root);
+  void scatter(const void* send, void* recv, std::size_t count, DataType type, int root);
+  void alltoall(const void* send, void* recv, std::size_t count, DataType type);
+  void barrier();
+
+  // The algorithm allreduce uses for `bytes` (ANVIEW_ALGO, or the size rule), and why.
+  std::string allreduce_choice(std::size_t bytes, std::string* why) const;
+  // The same for any collective by name ("allreduce", "broadcast", ...); empty if unknown.
+  std::string algorithm(std::string_view collective, std::size_t bytes, std::string* why) const;
+
+ private:
+  Call begin(const char* name);
+  [[noreturn]] void usage(const Call& call, const std::string& cause) const;
+  void check_root(const Call& call, int root) const;
+  std::size_t checked_bytes(const Call& call, std::size_t count, DataType type) const;
+  void check_buffer(const Call& call, const void* p, std::size_t bytes, const char* which) const;
+
+  p2p::Messenger& messenger_;
+  std::uint64_t sequence_ = 0;
+};
+
+}  // namespace anview::collectives

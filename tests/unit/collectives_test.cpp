@@ -1,0 +1,288 @@
+// Collectives on thread-per-rank communicators (real sockets and shared memory between the
+// threads): every collective on 1 to 8 ranks, powers of two and not, sizes 0, 1, odd, not
+// divisible by the rank count and larger than a ring segment; every operation and type; both
+// allreduce algorithms; and the errors for unsupported or mismatched calls.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "collectives/reduce.hpp"
+#include "support/thread_ranks.hpp"
+
+namespace anview {
+namespace {
+
+using testing::run_ranks;
+
+// Sets an environment variable for the duration of a test (before any rank thread starts).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+// Rank r's element i: small integers, so float sums are exact.
+std::int64_t contribution(int rank, std::size_t i) {
+  return (rank + 1) * static_cast<std::int64_t>(i % 7 + 1);
+}
+
+const int rank_counts[] = {1, 2, 3, 4, 5, 8};
+const std::size_t counts[] = {0, 1, 7, 1000, 100003};
+
+TEST(ReduceKernels, HalfAndBfloat16RoundTrip) {
+  for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 1000.5f}) {
+    EXPECT_EQ(collectives::half_to_float(collectives::float_to_half(f)), f) << f;
+  }
+  EXPECT_TRUE(std::isinf(collectives::half_to_float(collectives::float_to_half(1e6f))));
+  EXPECT_TRUE(std::isnan(collectives::half_to_float(collectives::float_to_half(NAN))));
+  for (float f : {0.0f, 1.0f, -3.0f, 256.0f, 1.5f}) {
+    EXPECT_EQ(collectives::bfloat16_to_float(collectives::float_to_bfloat16(f)), f) << f;
+  }
+  // Round to nearest even: 1 + 2^-11 is halfway between two halves and goes down to 1.
+  EXPECT_EQ(collectives::half_to_float(collectives::float_to_half(1.0f + 0x1p-11f)), 1.0f);
+}
+
+TEST(ReduceKernels, BitwiseOpsNeedIntegers) {
+  EXPECT_FALSE(collectives::unsupported(DataType::float32, ReduceOp::band).empty());
+  EXPECT_FALSE(collectives::unsupported(DataType::bfloat16, ReduceOp::bxor).empty());
+  EXPECT_TRUE(collectives::unsupported(DataType::uint8, ReduceOp::bor).empty());
+  EXPECT_TRUE(collectives::unsupported(DataType::float16, ReduceOp::max).empty());
+}
+
+void check_allreduce_sum(int n) {
+  run_ranks(n, [&](Communicator& comm) {
+    for (std::size_t count : counts) {
+      std::vector<float> f(count);
+      std::vector<std::int32_t> i32(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        f[i] = static_cast<float>(contribution(comm.rank(), i));
+        i32[i] = static_cast<std::int32_t>(contribution(comm.rank(), i));
+      }
+      std::vector<float> out(count);
+      comm.allreduce(f.data(), out.data(), count, DataType::float32, ReduceOp::sum);
+      comm.allreduce(i32.data(), count, DataType::int32, ReduceOp::sum);  // in place
+      const std::int64_t ranks_sum = n * (n + 1) / 2;
+      for (std::size_t i = 0; i < count; ++i) {
+        const auto want = ranks_sum * static_cast<std::int64_t>(i % 7 + 1);
+        ASSERT_EQ(out[i], static_cast<float>(want)) << "count " << count << " index " << i;
+        ASSERT_EQ(i32[i], want) << "count " << count << " index " << i;
+      }
+    }
+  });
+}
+
+TEST(Collectives, AllreduceSumEveryRankCountRing) {
+  ScopedEnv algo("ANVIEW_ALGO", "allreduce=ring");
+  for (int n : rank_counts) {
+    SCOPED_TRACE(n);
+    check_allreduce_sum(n);
+  }
+}
+
+TEST(Collectives, AllreduceSumEveryRankCountRecursiveDoubling) {
+  ScopedEnv algo("ANVIEW_ALGO", "allreduce=recursive_doubling");
+  for (int n : rank_counts) {
+    SCOPED_TRACE(n);
+    check_allreduce_sum(n);
+  }
+}
+
+TEST(Collectives, AllreduceEveryOperationAndType) {
+  const int n = 3;
+  run_ranks(n, [&](Communicator& comm) {
+    const std::size_t count = 37;
+    auto value = [&](int rank, std::size_t i) { return contribution(rank, i); };
+    auto fold = [&](std::size_t i, ReduceOp op) {
+      std::int64_t acc = value(0, i);
+      for (int r = 1; r < n; ++r) {
+        const std::int64_t v = value(r, i);
+        switch (op) {
+          case ReduceOp::sum:
+          case ReduceOp::avg:
+            acc += v;
+            break;
+          case ReduceOp::prod:
+            acc *= v;
+            break;
+          case ReduceOp::min:
+            acc = std::min(acc, v);
+            break;
+          case ReduceOp::max:
+            acc = std::max(acc, v);
+            break;
+          case ReduceOp::band:
+            acc &= v;
+            break;
+          case ReduceOp::bor:
+            acc |= v;
+            break;
+          case ReduceOp::bxor:
+            acc ^= v;
+            break;
+        }
+      }
+      return op == ReduceOp::avg ? acc / n : acc;
+    };
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg,
+                        ReduceOp::band, ReduceOp::bor, ReduceOp::bxor}) {
+      SCOPED_TRACE(std::string(name_of(op)));
+      std::vector<std::int64_t> i64(count);
+      std::vector<std::uint8_t> u8(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        i64[i] = value(comm.rank(), i);
+        u8[i] = static_cast<std::uint8_t>(value(comm.rank(), i));
+      }
+      comm.allreduce(i64.data(), count, DataType::int64, op);
+      comm.allreduce(u8.data(), count, DataType::uint8, op);
+      for (std::size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(i64[i], fold(i, op)) << i;
+        // uint8 wraps modulo 256; avg divides the wrapped sum.
+        if (op != ReduceOp::avg && op != ReduceOp::prod && op != ReduceOp::sum) {
+          ASSERT_EQ(u8[i], static_cast<std::uint8_t>(fold(i, op))) << i;
+        }
+      }
+    }
+    // Floating types, where the operations are defined.
+    for (DataType type : {DataType::float16, DataType::bfloat16, DataType::float64}) {
+      SCOPED_TRACE(std::string(name_of(type)));
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::avg}) {
+        std::vector<char> buf(count * size_of(type));
+        for (std::size_t i = 0; i < count; ++i) {
+          const auto v = static_cast<float>(value(comm.rank(), i));
+          if (type == DataType::float64) {
+            const double d = v;
+            std::memcpy(buf.data() + i * 8, &d, 8);
+          } else {
+            const std::uint16_t h = type == DataType::float16 ? collectives::float_to_half(v)
+                                                              : collectives::float_to_bfloat16(v);
+            std::memcpy(buf.data() + i * 2, &h, 2);
+          }
+        }
+        comm.allreduce(buf.data(), count, type, op);
+        for (std::size_t i = 0; i < count; ++i) {
+          double got;
+          if (type == DataType::float64) {
+            std::memcpy(&got, buf.data() + i * 8, 8);
+          } else {
+            std::uint16_t h;
+            std::memcpy(&h, buf.data() + i * 2, 2);
+            got = type == DataType::float16 ? collectives::half_to_float(h)
+                                            : collectives::bfloat16_to_float(h);
+          }
+          double want = static_cast<double>(fold(i, op == ReduceOp::avg ? ReduceOp::sum : op));
+          if (op == ReduceOp::avg) want /= n;
+          ASSERT_NEAR(got, want, std::abs(want) * 1e-2) << i;
+        }
+      }
+    }
+  });
+}
+
+TEST(Collectives, BroadcastAndReduceFromEveryRoot) {
+  for (int n : {1, 2, 3, 5, 8}) {
+    SCOPED_TRACE(n);
+    run_ranks(n, [&](Communicator& comm) {
+      for (int root = 0; root < n; ++root) {
+        for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{100003}}) {
+          std::vector<std::int32_t> data(count, comm.rank() == root ? root + 100 : -1);
+          comm.broadcast(data.data(), count, DataType::int32, root);
+          for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(data[i], root + 100);
+
+          std::vector<std::int64_t> mine(count), result(count, -7);
+          for (std::size_t i = 0; i < count; ++i) mine[i] = contribution(comm.rank(), i);
+          comm.reduce(mine.data(), result.data(), count, DataType::int64, ReduceOp::max, root);
+          for (std::size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(result[i], comm.rank() == root ? contribution(n - 1, i) : -7) << i;
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST(Collectives, AllgatherReduceScatterGatherScatterAlltoall) {
+  for (int n : {1, 2, 3, 4, 7}) {
+    SCOPED_TRACE(n);
+    run_ranks(n, [&](Communicator& comm) {
+      const int me = comm.rank();
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{5001}}) {
+        const std::size_t total = count * static_cast<std::size_t>(n);
+        // allgather: block r holds r's values
+        std::vector<std::int32_t> mine(count, me * 10 + 1), all(total, -1);
+        comm.allgather(mine.data(), all.data(), count, DataType::int32);
+        for (std::size_t i = 0; i < total; ++i)
+          ASSERT_EQ(all[i], static_cast<std::int32_t>(i / count) * 10 + 1);
+        // reduce_scatter: every rank sends block b filled with b + rank; block me sums up
+        std::vector<std::int32_t> blocks(total), reduced(count, -1);
+        for (std::size_t i = 0; i < total; ++i)
+          blocks[i] = static_cast<std::int32_t>(i / count) + me;
+        comm.reduce_scatter(blocks.data(), reduced.data(), count, DataType::int32, ReduceOp::sum);
+        for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(reduced[i], n * me + n * (n - 1) / 2);
+        // gather / scatter through the last rank
+        const int root = n - 1;
+        std::vector<std::int32_t> gathered(me == root ? total : 0, -1);
+        comm.gather(mine.data(), gathered.data(), count, DataType::int32, root);
+        if (me == root) {
+          ASSERT_EQ(gathered, all);
+        }
+        std::vector<std::int32_t> part(count, -1);
+        comm.scatter(me == root ? all.data() : nullptr, part.data(), count, DataType::int32, root);
+        ASSERT_EQ(part, mine);
+        // alltoall: block b from rank r holds r * 1000 + b
+        std::vector<std::int32_t> out(total), in(total, -1);
+        for (std::size_t i = 0; i < total; ++i)
+          out[i] = me * 1000 + static_cast<std::int32_t>(i / count);
+        comm.alltoall(out.data(), in.data(), count, DataType::int32);
+        for (std::size_t i = 0; i < total; ++i)
+          ASSERT_EQ(in[i], static_cast<std::int32_t>(i / count) * 1000 + me);
+        comm.barrier();
+      }
+    });
+  }
+}
+
+TEST(Collectives, UnsupportedCombinationsAreUsageErrorsAtTheCall) {
+  run_ranks(2, [](Communicator& comm) {
+    float f[4] = {};
+    try {
+      comm.allreduce(f, 4, DataType::float32, ReduceOp::band);
+      FAIL() << "band on float32 was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::usage);
+      EXPECT_NE(std::string(e.what()).find("allreduce #1"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("integer types only"), std::string::npos) << e.what();
+    }
+    try {
+      comm.broadcast(f, 4, DataType::float32, 2);
+      FAIL() << "root 2 of 2 ranks was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::usage);
+      EXPECT_NE(std::string(e.what()).find("root 2"), std::string::npos) << e.what();
+    }
+  });
+}
+
+TEST(Collectives, MismatchedSizesFailWithAnErrorNamingTheCall) {
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<float> data(comm.rank() == 0 ? 10 : 20, 1.0f);
+    try {
+      comm.allreduce(data.data(), data.size(), DataType::float32, ReduceOp::sum);
+      FAIL() << "allreduce of 10 against 20 elements succeeded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("allreduce #1"), std::string::npos) << e.what();
+      EXPECT_EQ(e.context().peer, 1 - comm.rank()) << e.what();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace anview

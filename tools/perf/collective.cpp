@@ -1,0 +1,216 @@
+#include "collective.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using anview::DataType;
+using anview::ReduceOp;
+
+const char* const collectives[] = {"allreduce",      "broadcast", "reduce", "allgather",
+                                   "reduce_scatter", "alltoall",  "barrier"};
+
+// Bus bandwidth factor (nccl-tests' definitions).
+double bus_factor(const std::string& op, int n) {
+  if (op == "allreduce") return 2.0 * (n - 1) / n;
+  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall")
+    return static_cast<double>(n - 1) / n;
+  return 1.0;
+}
+
+// Small integers, exactly representable in every type: rank r's element i.
+double element(int rank, std::size_t i) {
+  return static_cast<double>((rank + 1) * (i % 5 + 1));
+}
+
+void store(std::vector<char>& buf, std::size_t i, DataType type, double v) {
+  switch (type) {
+    case DataType::float32: {
+      float f = static_cast<float>(v);
+      std::memcpy(&buf[i * 4], &f, 4);
+      break;
+    }
+    case DataType::float64:
+      std::memcpy(&buf[i * 8], &v, 8);
+      break;
+    case DataType::int32: {
+      auto x = static_cast<std::int32_t>(v);
+      std::memcpy(&buf[i * 4], &x, 4);
+      break;
+    }
+    case DataType::int64: {
+      auto x = static_cast<std::int64_t>(v);
+      std::memcpy(&buf[i * 8], &x, 8);
+      break;
+    }
+    default: {
+      auto x = static_cast<std::uint8_t>(v);
+      buf[i * anview::size_of(type)] = static_cast<char>(x);
+    }
+  }
+}
+
+double load(const std::vector<char>& buf, std::size_t i, DataType type) {
+  switch (type) {
+    case DataType::float32: {
+      float f;
+      std::memcpy(&f, &buf[i * 4], 4);
+      return f;
+    }
+    case DataType::float64: {
+      double d;
+      std::memcpy(&d, &buf[i * 8], 8);
+      return d;
+    }
+    case DataType::int32: {
+      std::int32_t x;
+      std::memcpy(&x, &buf[i * 4], 4);
+      return x;
+    }
+    case DataType::int64: {
+      std::int64_t x;
+      std::memcpy(&x, &buf[i * 8], 8);
+      return static_cast<double>(x);
+    }
+    default:
+      return static_cast<unsigned char>(buf[i * anview::size_of(type)]);
+  }
+}
+
+struct Sample {
+  std::size_t count = 0;
+  double time_us = 0;
+  long wrong = 0;
+};
+
+Sample measure(anview::Communicator& comm, const CollectiveOptions& o, std::size_t bytes) {
+  const int n = comm.size();
+  const int me = comm.rank();
+  const std::size_t esize = anview::size_of(o.type);
+  const bool per_rank = o.op == "allgather" || o.op == "reduce_scatter" || o.op == "alltoall";
+  // nccl-tests: the size is the largest buffer; per-rank blocks for the gathering kinds.
+  const std::size_t count = per_rank ? bytes / esize / static_cast<std::size_t>(n) : bytes / esize;
+  const std::size_t total = per_rank ? count * static_cast<std::size_t>(n) : count;
+  std::vector<char> send(std::max<std::size_t>(total * esize, 1)), recv(send.size());
+  auto fill = [&] {
+    for (std::size_t i = 0; i < total; ++i) store(send, i, o.type, element(me, i));
+  };
+  fill();
+  auto once = [&] {
+    if (o.op == "allreduce")
+      comm.allreduce(send.data(), recv.data(), count, o.type, o.redop);
+    else if (o.op == "broadcast")
+      comm.broadcast(send.data(), count, o.type, o.root);
+    else if (o.op == "reduce")
+      comm.reduce(send.data(), recv.data(), count, o.type, o.redop, o.root);
+    else if (o.op == "allgather")
+      comm.allgather(send.data(), recv.data(), count, o.type);
+    else if (o.op == "reduce_scatter")
+      comm.reduce_scatter(send.data(), recv.data(), count, o.type, o.redop);
+    else if (o.op == "alltoall")
+      comm.alltoall(send.data(), recv.data(), count, o.type);
+    else
+      comm.barrier();
+  };
+  const long iters =
+      o.iters > 0
+          ? o.iters
+          : std::clamp<long>(static_cast<long>(1e9 / std::max<double>(bytes, 1024)), 5, 2000);
+  const long warmup = o.warmup >= 0 ? o.warmup : iters / 10 + 2;
+  Sample s{count, 0, 0};
+  for (long i = 0; i < warmup; ++i) once();
+  comm.barrier();
+  const auto t0 = Clock::now();
+  for (long i = 0; i < iters; ++i) once();
+  double mine = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / iters;
+  // The slowest rank's time, as nccl-tests and ../shared/peers report it.
+  comm.allreduce(&mine, 1, DataType::float64, ReduceOp::max);
+  s.time_us = mine;
+  if (o.check) {
+    fill();
+    std::fill(recv.begin(), recv.end(), 0);
+    once();
+    const double ranks_sum = n * (n + 1) / 2.0;
+    for (std::size_t i = 0; i < count && o.op != "barrier"; ++i) {
+      double got = 0, want = 0;
+      if (o.op == "allreduce" && o.redop == ReduceOp::sum) {
+        got = load(recv, i, o.type);
+        want = ranks_sum * (i % 5 + 1);
+      } else if (o.op == "broadcast") {
+        got = load(send, i, o.type);
+        want = element(o.root, i);
+      } else if (o.op == "allgather") {
+        for (int r = 0; r < n; ++r) {
+          const std::size_t k = static_cast<std::size_t>(r) * count + i;
+          if (load(recv, k, o.type) != element(r, i)) ++s.wrong;
+        }
+        continue;
+      } else {
+        continue;  // the unit tests check the other kinds element by element
+      }
+      if (std::abs(got - want) > 1e-6 * std::abs(want)) ++s.wrong;
+    }
+  }
+  long wrong = s.wrong;
+  comm.allreduce(&wrong, 1, DataType::int64, ReduceOp::sum);
+  s.wrong = wrong;
+  return s;
+}
+
+}  // namespace
+
+bool is_collective(const std::string& op) {
+  return std::find(std::begin(collectives), std::end(collectives), op) != std::end(collectives);
+}
+
+long run_collective(anview::Communicator& comm, const CollectiveOptions& o) {
+  const int n = comm.size();
+  const std::string transport = n > 1 ? comm.transport_name(comm.rank() == 0 ? 1 : 0) : "self";
+  if (comm.rank() == 0 && !o.json) {
+    std::printf("# anview-perf %s, %d ranks, %s, rank 0 <-> 1 over %s\n", o.op.c_str(), n,
+                std::string(anview::name_of(o.type)).c_str(), transport.c_str());
+    std::printf("%12s %12s %8s %6s %5s %20s %12s %10s %10s %7s\n", "size", "count", "type", "redop",
+                "root", "algo", "time_us", "algbw", "busbw", "#wrong");
+  }
+  long total_wrong = 0;
+  const std::size_t esize = anview::size_of(o.type);
+  for (std::size_t bytes = std::max(o.min_bytes, esize); bytes <= o.max_bytes;) {
+    const Sample s = measure(comm, o, bytes);
+    total_wrong += s.wrong;
+    const double algbw = static_cast<double>(bytes) / (s.time_us * 1e3);
+    const double busbw = algbw * bus_factor(o.op, n);
+    const std::string algo = comm.collective_algorithm(o.op, bytes);
+    if (comm.rank() == 0) {
+      const std::string redop(anview::name_of(o.redop));
+      if (o.json) {
+        nlohmann::json j{{"op", o.op},         {"bytes", bytes},
+                         {"count", s.count},   {"dtype", std::string(anview::name_of(o.type))},
+                         {"redop", redop},     {"root", o.root},
+                         {"algo", algo},       {"transport", transport},
+                         {"ranks", n},         {"time_us", s.time_us},
+                         {"algbw_gbs", algbw}, {"busbw_gbs", busbw},
+                         {"wrong", s.wrong},   {"check", o.check}};
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        std::printf("%12zu %12zu %8s %6s %5d %20s %12.2f %10.3f %10.3f %7ld\n", bytes, s.count,
+                    std::string(anview::name_of(o.type)).c_str(), redop.c_str(), o.root,
+                    algo.c_str(), s.time_us, algbw, busbw, s.wrong);
+      }
+      std::fflush(stdout);
+    }
+    const auto next = static_cast<std::size_t>(static_cast<double>(bytes) * o.factor);
+    bytes = std::max(next, bytes + 1);
+  }
+  return total_wrong;
+}
+
+}  // namespace perf

@@ -1,0 +1,29 @@
+// anview-perf's collective benchmarks (nccl-tests columns): allreduce, broadcast, reduce,
+// allgather, reduce_scatter, alltoall, barrier.
+#pragma once
+
+#include <string>
+
+#include "anview/anview.hpp"
+
+namespace perf {
+
+struct CollectiveOptions {
+  std::string op;
+  std::size_t min_bytes = 8;
+  std::size_t max_bytes = 16 << 20;
+  double factor = 4;
+  long iters = 0;    // 0: automatic
+  long warmup = -1;  // -1: automatic
+  anview::DataType type = anview::DataType::float32;
+  anview::ReduceOp redop = anview::ReduceOp::sum;
+  int root = 0;
+  bool check = false;
+  bool json = false;
+};
+
+bool is_collective(const std::string& op);
+// Runs the sweep on every rank; rank 0 prints. Returns the number of wrong results.
+long run_collective(anview::Communicator& comm, const CollectiveOptions& o);
+
+}  // namespace perf
