@@ -1,6 +1,7 @@
 #include "base/process_watch.hpp"
 
 #include <sys/syscall.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,6 +32,12 @@ ProcessWatch::ProcessWatch(ProgressEngine& engine, Fd pidfd, std::function<void(
 
 ProcessWatch::~ProcessWatch() {
   if (armed_) engine_.remove_fd(pidfd_.get());
+}
+
+bool ProcessWatch::exited() const {
+  if (!armed_) return true;
+  pollfd p{pidfd_.get(), POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1;
 }
 
 void ProcessWatch::on_fd_events(std::uint32_t) {

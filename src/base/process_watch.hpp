@@ -23,6 +23,8 @@ class ProcessWatch final : public FdHandler {
   ProcessWatch& operator=(const ProcessWatch&) = delete;
 
   void on_fd_events(std::uint32_t events) override;
+  // True once the process has exited (polls the pidfd; no need to wait for the engine).
+  bool exited() const;
 
  private:
   ProgressEngine& engine_;

@@ -1,8 +1,10 @@
 #include "collectives/algorithms.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "base/clock.hpp"
 #include "collectives/reduce.hpp"
 
 namespace anview::collectives {
@@ -15,21 +17,48 @@ using p2p::RequestPtr;
   throw e.for_operation(call.operation, std::nullopt);
 }
 
+// How often a waiting step checks whether some rank of the communicator is gone.
+constexpr auto failure_check = std::chrono::milliseconds(200);
+
+// Waits for one step. A collective needs every rank: when any rank's link fails (a rank died,
+// a link broke), the call fails with that cause even if this step waits for another, live
+// rank (which is itself stuck behind the dead one) -- no survivor hangs until its timeout.
 void wait(Call& call, const RequestPtr& request) {
-  try {
-    call.messenger.wait(*request, call.timeout);
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::timeout) call.messenger.abandon(*request, e);
-    rethrow(call, e);
+  const auto deadline = base::Clock::now() + call.timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - base::Clock::now());
+    try {
+      call.messenger.wait(*request, std::clamp(left, std::chrono::milliseconds(0), failure_check));
+      return;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::timeout) rethrow(call, e);
+      if (auto failure = call.messenger.first_peer_failure()) {
+        call.messenger.abandon(*request, *failure);
+        rethrow(call, *failure);
+      }
+      if (base::Clock::now() < deadline) continue;
+      const Error timeout(
+          ErrorKind::timeout,
+          {.rank = call.rank,
+           .peer = request->peer,
+           .operation = call.operation,
+           .cause = "a step was not complete after " + std::to_string(call.timeout.count()) +
+                    " ms: " + call.messenger.describe_request(*request)});
+      call.messenger.abandon(*request, timeout);
+      throw timeout;
+    }
   }
 }
 
 RequestPtr post_recv(Call& call, void* data, std::size_t bytes, int from) {
-  return call.messenger.irecv(data, bytes, from, call.tag, true);
+  call.posted.push_back(call.messenger.irecv(data, bytes, from, call.tag, true));
+  return call.posted.back();
 }
 
 RequestPtr post_send(Call& call, const void* data, std::size_t bytes, int to) {
-  return call.messenger.isend(data, bytes, to, call.tag, true);
+  call.posted.push_back(call.messenger.isend(data, bytes, to, call.tag, true));
+  return call.posted.back();
 }
 
 void send(Call& call, const void* data, std::size_t bytes, int to) {
@@ -218,8 +247,9 @@ void alltoall_pairwise(Call& call, const void* send_data, void* recv_data, std::
   const int r = call.rank;
   const auto* in = static_cast<const char*>(send_data);
   auto* out = static_cast<char*>(recv_data);
-  std::memcpy(out + static_cast<std::size_t>(r) * block, in + static_cast<std::size_t>(r) * block,
-              block);
+  if (block > 0)
+    std::memcpy(out + static_cast<std::size_t>(r) * block, in + static_cast<std::size_t>(r) * block,
+                block);
   // Step s: send to r+s, receive from r-s; every pair meets exactly once.
   for (int s = 1; s < n; ++s) {
     const int to = mod(r + s, n);
@@ -241,7 +271,7 @@ void gather_linear(Call& call, const void* send_data, void* recv_data, std::size
     if (p == root) continue;
     recvs.push_back(post_recv(call, out + static_cast<std::size_t>(p) * block, block, p));
   }
-  std::memcpy(out + static_cast<std::size_t>(root) * block, send_data, block);
+  if (block > 0) std::memcpy(out + static_cast<std::size_t>(root) * block, send_data, block);
   for (auto& r : recvs) wait(call, r);
 }
 
@@ -257,7 +287,7 @@ void scatter_linear(Call& call, const void* send_data, void* recv_data, std::siz
     if (p == root) continue;
     sends.push_back(post_send(call, in + static_cast<std::size_t>(p) * block, block, p));
   }
-  std::memcpy(recv_data, in + static_cast<std::size_t>(root) * block, block);
+  if (block > 0) std::memcpy(recv_data, in + static_cast<std::size_t>(root) * block, block);
   for (auto& s : sends) wait(call, s);
 }
 

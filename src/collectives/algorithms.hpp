@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "anview/collectives.hpp"
 #include "anview/types.hpp"
@@ -21,7 +22,22 @@ struct Call {
   Tag tag;
   std::chrono::milliseconds timeout;
   std::string operation;  // "allreduce #12"
+  // Every request the call posted. When the call fails, the ones still pending are abandoned
+  // (cancelled, or their link closed) before the buffers they point into go away.
+  std::vector<p2p::RequestPtr> posted;
 };
+
+// Runs `algorithm` on `call`; if it throws, abandons the call's pending requests first.
+template <typename Algorithm>
+void run_guarded(Call& call, Algorithm&& algorithm) {
+  try {
+    algorithm();
+  } catch (const Error& e) {
+    for (auto& r : call.posted)
+      if (!r->done.load(std::memory_order_acquire)) call.messenger.abandon(*r, e);
+    throw;
+  }
+}
 
 // Algorithms. `data` holds `count` elements of `type`; in place unless noted.
 void allreduce_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op);

@@ -110,9 +110,9 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
   if (call.size > 1 && count > 0) {
     // The ring needs at least one element per rank to be worth its 2(n-1) steps.
     if (allreduce_choice(bytes, nullptr) == "ring" && count >= static_cast<std::size_t>(call.size))
-      allreduce_ring(call, recv, count, type, op);
+      run_guarded(call, [&] { allreduce_ring(call, recv, count, type, op); });
     else
-      allreduce_recursive_doubling(call, recv, count, type, op);
+      run_guarded(call, [&] { allreduce_recursive_doubling(call, recv, count, type, op); });
   }
   if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
 }
@@ -122,7 +122,7 @@ void Collectives::broadcast(void* data, std::size_t count, DataType type, int ro
   const std::size_t bytes = checked_bytes(call, count, type);
   check_root(call, root);
   check_buffer(call, data, bytes, "data");
-  if (call.size > 1) broadcast_binomial(call, data, bytes, root);
+  if (call.size > 1) run_guarded(call, [&] { broadcast_binomial(call, data, bytes, root); });
 }
 
 void Collectives::reduce(const void* send, void* recv, std::size_t count, DataType type,
@@ -142,7 +142,7 @@ void Collectives::reduce(const void* send, void* recv, std::size_t count, DataTy
   } else if (send != recv && bytes > 0) {
     std::memcpy(recv, send, bytes);
   }
-  if (call.size > 1) reduce_binomial(call, work, count, type, op, root);
+  if (call.size > 1) run_guarded(call, [&] { reduce_binomial(call, work, count, type, op, root); });
   if (call.rank == root && op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
 }
 
@@ -153,7 +153,7 @@ void Collectives::allgather(const void* send, void* recv, std::size_t count, Dat
   check_buffer(call, recv, block, "receive");
   char* mine = static_cast<char*>(recv) + static_cast<std::size_t>(call.rank) * block;
   if (send != mine && block > 0) std::memcpy(mine, send, block);
-  if (call.size > 1) allgather_ring(call, recv, block);
+  if (call.size > 1) run_guarded(call, [&] { allgather_ring(call, recv, block); });
 }
 
 void Collectives::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
@@ -165,7 +165,8 @@ void Collectives::reduce_scatter(const void* send, void* recv, std::size_t count
   check_buffer(call, recv, block, "receive");
   const std::size_t all = block * static_cast<std::size_t>(call.size);
   std::vector<char> work(static_cast<const char*>(send), static_cast<const char*>(send) + all);
-  if (call.size > 1) reduce_scatter_ring(call, work.data(), count, type, op);
+  if (call.size > 1)
+    run_guarded(call, [&] { reduce_scatter_ring(call, work.data(), count, type, op); });
   if (block > 0)
     std::memcpy(recv, work.data() + static_cast<std::size_t>(call.rank) * block, block);
   if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
@@ -177,7 +178,7 @@ void Collectives::gather(const void* send, void* recv, std::size_t count, DataTy
   check_root(call, root);
   check_buffer(call, send, block, "send");
   if (call.rank == root) check_buffer(call, recv, block, "receive");
-  gather_linear(call, send, recv, block, root);
+  run_guarded(call, [&] { gather_linear(call, send, recv, block, root); });
 }
 
 void Collectives::scatter(const void* send, void* recv, std::size_t count, DataType type,
@@ -187,7 +188,7 @@ void Collectives::scatter(const void* send, void* recv, std::size_t count, DataT
   check_root(call, root);
   if (call.rank == root) check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
-  scatter_linear(call, send, recv, block, root);
+  run_guarded(call, [&] { scatter_linear(call, send, recv, block, root); });
 }
 
 void Collectives::alltoall(const void* send, void* recv, std::size_t count, DataType type) {
@@ -196,12 +197,12 @@ void Collectives::alltoall(const void* send, void* recv, std::size_t count, Data
   check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
   if (send == recv && block > 0) usage(call, "alltoall cannot run in place");
-  alltoall_pairwise(call, send, recv, block);
+  run_guarded(call, [&] { alltoall_pairwise(call, send, recv, block); });
 }
 
 void Collectives::barrier() {
   Call call = begin("barrier");
-  barrier_dissemination(call);
+  run_guarded(call, [&] { barrier_dissemination(call); });
 }
 
 }  // namespace anview::collectives

@@ -560,6 +560,18 @@ std::string Messenger::describe_peer(int peer) const {
   return ps.transport->describe_peer(peer) + "; chosen as " + ps.transport_reason;
 }
 
+std::string Messenger::describe_request(const RequestImpl& request) const {
+  Lock lock(mu_);
+  return describe_wait(request);
+}
+
+std::optional<Error> Messenger::first_peer_failure() const {
+  Lock lock(mu_);
+  for (const PeerState& ps : peers_)
+    if (ps.failure) return ps.failure;
+  return std::nullopt;
+}
+
 std::string Messenger::transport_reason(int peer) const {
   Lock lock(mu_);
   return peers_.at(static_cast<std::size_t>(peer)).transport_reason;

@@ -90,6 +90,12 @@ class Messenger final : public transport::FrameSink,
   // Flushes, says goodbye, closes; pending requests fail with "communicator closed".
   void shutdown();
 
+  // The failure of the lowest-numbered rank whose link failed, if any (collectives use it to
+  // give up on a call any rank of which is gone, whoever they were waiting for).
+  std::optional<Error> first_peer_failure() const;
+  // What a pending request waits for, in words (as in its timeout Error).
+  std::string describe_request(const RequestImpl& request) const;
+
   std::string transport_name(int peer) const;
   std::string describe_peer(int peer) const;
   // Why the registry chose that transport (or why none reaches the peer).

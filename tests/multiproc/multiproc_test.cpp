@@ -137,13 +137,14 @@ std::vector<std::string> dev_shm_entries() {
 // still exchange messages among themselves (anview_p2p_check checks that and writes a result
 // file per survivor). `env` is added to the ranks' environment, `extra` to anview_p2p_check's arguments.
 void kill_one_rank(int n, const std::vector<std::string>& env = {},
-                   const std::vector<std::string>& extra = {}) {
+                   const std::vector<std::string>& extra = {},
+                   const std::string& scenario = "kill") {
   TempDir dir;
   const int victim = n - 1;
   const auto shm_before = dev_shm_entries();
   // --grace 10: survivors must end on their own, well inside it (checked below: no SIGTERM).
   std::vector<std::string> args = {ANVIEW_RUN_PATH, "-n", std::to_string(n), "--timeout", "60",
-                                   "--grace", "10", ANVIEW_P2P_CHECK_PATH, "kill",
+                                   "--grace", "10", ANVIEW_P2P_CHECK_PATH, scenario,
                                    "--result-dir", dir.path().string()};
   args.insert(args.end(), extra.begin(), extra.end());
   const RunResult r = run(args, env, dir.path(), std::chrono::seconds(80));
@@ -181,7 +182,7 @@ void kill_one_rank(int n, const std::vector<std::string>& env = {},
   }
   EXPECT_FALSE(fs::exists(dir.path() / ("rank" + std::to_string(victim) + ".result")))
       << "the killed rank wrote a result";
-  EXPECT_NE(r.out.find("anview_p2p_check kill: OK"), std::string::npos);
+  EXPECT_NE(r.out.find("anview_p2p_check " + scenario + ": OK"), std::string::npos);
   EXPECT_EQ(dev_shm_entries(), shm_before) << "entries appeared in /dev/shm";
 }
 
@@ -195,6 +196,11 @@ TEST(MultiprocKill, TcpFourRanks) { kill_one_rank(4, tcp_only); }
 TEST(MultiprocKill, NoCmaTwoRanks) { kill_one_rank(2, {}, {"--deny-cma"}); }
 // Two emulated hosts: the victim is reached over shm by one survivor, over tcp by the others.
 TEST(MultiprocKill, MixedFourRanks) { kill_one_rank(4, {}, {"--hosts", "2"}); }
+
+// A rank dies in the middle of a loop of allreduces: every survivor fails with peer_lost naming
+// it within seconds, also those that were waiting for a live neighbour (the ring).
+TEST(MultiprocKill, DuringAllreduceFourRanks) { kill_one_rank(4, {}, {}, "coll_kill"); }
+TEST(MultiprocKill, DuringAllreduceFourRanksTcp) { kill_one_rank(4, tcp_only, {}, "coll_kill"); }
 
 // The victim dies while the survivors' reading from it is paused (unexpected-message budget
 // full). Over shm the ring holds what the budget does not (512 KiB), so the preload is sized

@@ -21,6 +21,7 @@
 //   garbage      rank 0 sends garbage to the store port and every rank's data ports
 //   version      hellos with a foreign job id, wrong world size, ... get the right rejects
 //   idle         a rank blocked in a receive uses no CPU and wakes at once when the message comes
+//   coll_kill    rank N-1 dies during a loop of allreduces; every survivor fails fast naming it
 //
 // Every check that fails raises Failure; main prints "anview_p2p_check SCENARIO: rank R
 // FAILED: why" on stderr and exits 1. On success rank 0 prints one summary line and every
@@ -1613,6 +1614,50 @@ std::string version(Job& job) {
 // ------------------------------------------------------------------------------------------
 
 // ------------------------------------------------------------------------------------------
+// coll_kill: rank N-1 dies during a loop of allreduces
+// ------------------------------------------------------------------------------------------
+
+// Every rank runs allreduces of 1 MiB (ring) and 64 B (recursive doubling); after a barrier at
+// iteration 20 the last rank SIGKILLs itself. Each survivor must fail within 3 s with
+// peer_lost naming it -- also in the ring, where a survivor waits for a live neighbour.
+std::string coll_kill(Job& job) {
+  const int me = job.rank();
+  const int n = job.size();
+  const int victim = n - 1;
+  require(n >= 3, "coll_kill needs at least 3 ranks");
+  std::vector<float> big(256 * 1024, 1.0f);
+  float small[16] = {};
+  auto t0 = Clock::now();
+  for (int i = 0;; ++i) {
+    if (i == 20) {
+      job.barrier(n, "coll_kill_armed");
+      if (me == victim) {
+        ::kill(::getpid(), SIGKILL);
+        ::pause();
+      }
+      t0 = Clock::now();
+    }
+    try {
+      job.comm().allreduce(big.data(), big.size(), anview::DataType::float32,
+                           anview::ReduceOp::max);
+      job.comm().allreduce(small, 16, anview::DataType::float32, anview::ReduceOp::sum);
+    } catch (const Error& e) {
+      const double after = seconds_since(t0);
+      require(i >= 20, "allreduce failed before the victim died: ", describe(e));
+      require(e.kind() == ErrorKind::peer_lost, "expected peer_lost, got ", describe(e));
+      require(e.context().peer == victim, "the error names peer ", e.context().peer,
+              ", not the killed rank ", victim, ": ", describe(e));
+      require(std::string(e.what()).find("allreduce #") != std::string::npos,
+              "the error does not name the collective call: ", describe(e));
+      require(after < 3.0, "the survivors learnt of the death after ", after, " s");
+      job.leave(n - 1);
+      return cat("every survivor failed within ", after, " s naming rank ", victim);
+    }
+    require(i < 100000, "the allreduce loop went on after the victim died");
+  }
+}
+
+// ------------------------------------------------------------------------------------------
 // idle: a waiting rank uses no CPU, and wakes as soon as its message comes
 // ------------------------------------------------------------------------------------------
 
@@ -1624,13 +1669,14 @@ double thread_cpu_seconds() {
 
 // Rank 1 blocks in a receive while rank 0 naps for a second, then rank 0 sends: rank 1 must
 // have slept (little CPU) and must wake promptly (the transport's wake-up, not a poll interval).
-// Once eager-sized, once rendezvous-sized (every step of the handshake wakes a sleeper).
+// Once eager-sized, once rendezvous-sized (every step of the handshake wakes a sleeper; small
+// enough that the transfer itself, through the ring when CMA is denied, stays short).
 std::string idle(Job& job) {
   const int me = job.rank();
   constexpr auto nap = 1000ms;
   std::string summary;
   job.barrier(job.size());
-  for (const std::size_t bytes : {std::size_t{8}, 4 * MiB}) {
+  for (const std::size_t bytes : {std::size_t{8}, 256 * KiB}) {
     if (me == 0) {
       std::this_thread::sleep_for(nap);
       std::vector<char> message(bytes, 'i');
@@ -1664,7 +1710,7 @@ const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"stress", stress},       {"wildcards", wildcards}, {"ordering", ordering},
     {"outstanding", outstanding}, {"timeout", timeout}, {"kill", kill_rank},
     {"stop", stop},           {"garbage", garbage},     {"version", version},
-    {"idle", idle},
+    {"idle", idle},           {"coll_kill", coll_kill},
 };
 
 int usage(const std::string& why) {

@@ -1,5 +1,6 @@
 #include "transport/shm/connection.hpp"
 
+#include <signal.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -7,7 +8,9 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
+#include "base/clock.hpp"
 #include "base/log.hpp"
 #include "transport/shm/shm_transport.hpp"
 
@@ -89,7 +92,11 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   in_control->consumer_flags = reads_by_reference_ ? consumer_reads_by_reference : 0;
   in_control->head.store(0, std::memory_order_relaxed);
   in_control->tail.store(0, std::memory_order_relaxed);
+  in_control->producer_closed.store(0, std::memory_order_relaxed);
+  in_control->consumer_accessing.store(0, std::memory_order_relaxed);
+  in_control->close_cause.store(-1, std::memory_order_relaxed);
   in_control->ready.store(1, std::memory_order_release);
+  in_control_ = in_control;
   in_.attach(in_control, in_slot_.data() + ring_data_offset);
   return true;
 }
@@ -472,6 +479,17 @@ bool Connection::write_by_reference(std::uint64_t to, const char* from, std::siz
 
 bool Connection::copy_by_reference(bool to_peer, char* local, std::uint64_t remote,
                                    std::size_t bytes) {
+  // The peer may withdraw what it offered (it closed the link): announce the access, then
+  // check, so a closing peer either sees us and waits, or we see it and stay out.
+  in_control_->consumer_accessing.fetch_add(1, std::memory_order_seq_cst);
+  struct Leave {
+    RingControl* control;
+    ~Leave() { control->consumer_accessing.fetch_sub(1, std::memory_order_release); }
+  } leave{in_control_};
+  if (in_control_->producer_closed.load(std::memory_order_seq_cst) != 0) {
+    owner_.fail_link(peer_, *peer_closed_error());
+    return false;
+  }
   std::size_t done = 0;
   while (done < bytes) {
     iovec here{local + done, bytes - done};
@@ -512,7 +530,49 @@ void Connection::corrupt(const std::string& what) {
   owner_.fail_link(peer_, Error(ErrorKind::protocol, std::move(ctx)));
 }
 
+bool Connection::peer_gone() const {
+  if (exit_watch) return exit_watch->exited();
+  return ::kill(endpoint_.pid, 0) != 0 && errno == ESRCH;
+}
+
+std::optional<Error> Connection::peer_closed_error() const {
+  if (in_control_ == nullptr || in_control_->producer_closed.load(std::memory_order_acquire) == 0)
+    return std::nullopt;
+  const int cause = in_control_->close_cause.load(std::memory_order_relaxed);
+  ErrorContext ctx = owner_.error_context(peer_, "transfer");
+  const std::string closer = "rank " + std::to_string(peer_);
+  if (cause >= 0 && cause != peer_ && cause != owner_.rank()) {
+    ctx.peer = cause;  // name the rank whose loss started it
+    ctx.cause = closer + " closed its link to this rank after it lost rank " +
+                std::to_string(cause) + " (and withdrew the buffers it had offered)";
+  } else {
+    ctx.cause = closer + " closed its link to this rank (and withdrew the buffers it had offered)";
+  }
+  return Error(ErrorKind::peer_lost, std::move(ctx));
+}
+
+void Connection::revoke_offers(int cause_rank) {
+  if (out_control_ == nullptr || state_ == State::connecting) return;
+  out_control_->close_cause.store(cause_rank, std::memory_order_relaxed);
+  out_control_->producer_closed.store(1, std::memory_order_seq_cst);
+  // The peer's accesses last as long as one copy; a peer that died inside one never leaves.
+  const auto deadline = base::Clock::now() + std::chrono::seconds(10);
+  while (out_control_->consumer_accessing.load(std::memory_order_seq_cst) != 0) {
+    if (peer_gone()) return;
+    if (base::Clock::now() >= deadline) {
+      base::log(base::LogLevel::error, "shm: rank ", peer_,
+                " is still inside memory this rank offered it, 10 s after the link to it closed; "
+                "going on (the buffers of the failed operations may still change)");
+      return;
+    }
+    std::this_thread::yield();
+  }
+}
+
 void Connection::close(const Error& error) {
+  if (state_ == State::closed) return;
+  const int cause = error.context().peer;
+  revoke_offers(cause >= 0 && cause != peer_ ? cause : -1);
   state_ = State::closed;
   readable_.store(false, std::memory_order_relaxed);
   connecting_.store(false, std::memory_order_relaxed);

@@ -58,8 +58,14 @@ class Connection {
   }
   bool goodbye_received() const { return goodbye_received_; }
 
-  // Completes every waiting send with `error` and stops using the link.
+  // Completes every waiting send with `error` and stops using the link; the peer learns that
+  // we closed, and why (error.context().peer when it names another rank).
   void close(const Error& error);
+  // The peer closed its end (after a failure of its own, or leaving) and everything it wrote
+  // before has been read: the Error to fail the link with, naming the rank it lost if any.
+  std::optional<Error> peer_closed_error() const;
+  // Nothing left to read in the ring (whether or not reading is paused).
+  bool drained() const { return !in_.has_data(); }
 
   // For ShmTransport::before_sleep, which runs without the owner's lock: true when there is
   // something to do at once (records to read, or ring space for queued sends).
@@ -110,6 +116,10 @@ class Connection {
   void deliver_done(const FrameHeader& header, void* data);
   void corrupt(const std::string& what);
   void update_blocked();
+  // Withdraws the memory we offered the peer (send buffers, split landings) and waits until it
+  // is no longer inside one of them.
+  void revoke_offers(int cause_rank);
+  bool peer_gone() const;
 
   ShmTransport& owner_;
   const int peer_;
@@ -121,6 +131,7 @@ class Connection {
   Mapping in_slot_;            // the peer's ring in our segment
   SegmentControl* peer_control_ = nullptr;
   RingControl* out_control_ = nullptr;
+  RingControl* in_control_ = nullptr;
   RingWriter out_;
   RingReader in_;
   sockaddr_un peer_wake_{};

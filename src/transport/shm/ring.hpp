@@ -19,7 +19,7 @@ namespace anview::transport::shm {
 
 inline constexpr std::size_t cache_line = 64;
 inline constexpr std::uint32_t ring_magic = 0x52564e41;  // "ANVR"
-inline constexpr std::uint32_t ring_version = 1;
+inline constexpr std::uint32_t ring_version = 2;
 
 // Set by the consumer in RingControl::consumer_flags.
 inline constexpr std::uint32_t consumer_reads_by_reference = 1;  // it can read our memory (CMA)
@@ -34,8 +34,17 @@ struct RingControl {
   std::uint64_t capacity;                               // bytes of ring data, a power of two
   alignas(cache_line) std::atomic<std::uint64_t> head;  // producer: bytes published
   alignas(cache_line) std::atomic<std::uint64_t> tail;  // consumer: bytes consumed
+  // Revoking memory offers. The consumer reads (frame_ref) and writes (push) memory the
+  // producer offered through this ring: it counts itself in `consumer_accessing` around each
+  // such access and gives up if `producer_closed` is set. A producer that closes sets the flag
+  // and waits until the count is zero before it lets the offered buffers go.
+  alignas(cache_line) std::atomic<std::uint32_t> producer_closed;
+  std::atomic<std::uint32_t> consumer_accessing;
+  // Why the producer closed: the rank whose loss made it give up the link, or -1.
+  std::atomic<std::int32_t> close_cause;
 };
-static_assert(sizeof(RingControl) == 3 * cache_line);
+static_assert(sizeof(RingControl) == 4 * cache_line);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 inline constexpr std::size_t ring_data_offset = 4096;  // data starts on its own page
 

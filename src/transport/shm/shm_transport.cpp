@@ -287,6 +287,10 @@ bool ShmTransport::poll() {
       continue;
     }
     if (conn->state() == Connection::State::up) worked |= conn->flush();
+    // The peer gave up the link (after a failure of its own) and we read all it wrote.
+    if (conn->state() == Connection::State::up && conn->drained()) {
+      if (auto closed = conn->peer_closed_error()) fail_link(conn->peer(), *closed);
+    }
   }
   return worked;
 }
@@ -345,8 +349,8 @@ void ShmTransport::fail_link(int peer, const Error& error) {
   base::log(quiet ? base::LogLevel::debug : base::LogLevel::error,
             quiet ? "shm: link closed: " : "", error.what());
   if (link.conn) {
+    link.conn->close(error);  // uses the exit watch to tell a dead peer from a slow one
     link.conn->exit_watch.reset();
-    link.conn->close(error);
   }
   if (!closing_) context_.sink->on_peer_failed(peer, error);
 }

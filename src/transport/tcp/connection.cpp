@@ -87,6 +87,12 @@ void Connection::update_interest() {
   }
 }
 
+bool Connection::try_send_now(const FrameHeader& header) {
+  if (!sendq_.empty() || state_ != State::established) return false;
+  const ssize_t n = ::send(fd_.get(), &header, header_bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+  return n == static_cast<ssize_t>(header_bytes);  // a partial write cannot happen for 32 bytes
+}
+
 void Connection::queue_send(const FrameHeader& header, const void* payload, SendDone done) {
   sendq_.push_back(Pending{header, static_cast<const char*>(payload), header.payload_bytes, 0,
                            std::move(done)});

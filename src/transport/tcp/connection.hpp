@@ -20,6 +20,8 @@ class TcpTransport;
 
 // Frame types the transport keeps for itself (p2p uses types below 0xF0).
 inline constexpr std::uint8_t frame_goodbye = 0xF0;
+// The sender gives up the link because it lost another rank (arg: that rank); it closes next.
+inline constexpr std::uint8_t frame_abort = 0xF1;
 
 class Connection final : public base::FdHandler {
  public:
@@ -58,6 +60,9 @@ class Connection final : public base::FdHandler {
   int peer() const { return peer_; }
   int stream() const { return stream_; }
   int fd() const { return fd_.get(); }
+  // Best effort, for a link about to close: writes one header-only frame at once if nothing
+  // is queued and the socket takes it whole; false otherwise (nothing was written).
+  bool try_send_now(const FrameHeader& header);
   bool eof() const { return eof_; }
   // The peer sent its goodbye on this stream: its end of stream is a clean departure.
   void mark_goodbye() { goodbye_ = true; }

@@ -302,10 +302,23 @@ void TcpTransport::on_ack(Connection& conn, const Handshake& reply) {
 Landing TcpTransport::deliver_frame(Connection& conn, const FrameHeader& header,
                                     bool may_defer) {
   if (header.type >= frame_goodbye) {
-    if (header.type != frame_goodbye || header.payload_bytes != 0) {
+    const bool known = header.type == frame_goodbye || header.type == frame_abort;
+    if (!known || header.payload_bytes != 0) {
       ErrorContext ctx = error_context(conn.peer(), "transfer");
       ctx.cause = "unknown transport frame type " + std::to_string(header.type);
       fail_link(conn.peer(), Error(ErrorKind::protocol, std::move(ctx)));
+      return {};
+    }
+    if (header.type == frame_abort) {
+      // The peer lost another rank and gives up its link to us: name that rank.
+      ErrorContext ctx = error_context(conn.peer(), "transfer");
+      const bool named = header.arg < static_cast<std::uint64_t>(context_.world_size) &&
+                         static_cast<int>(header.arg) != conn.peer() &&
+                         static_cast<int>(header.arg) != context_.rank;
+      if (named) ctx.peer = static_cast<int>(header.arg);
+      ctx.cause = "rank " + std::to_string(conn.peer()) + " closed its link to this rank" +
+                  (named ? " after it lost rank " + std::to_string(header.arg) : std::string());
+      fail_link(conn.peer(), Error(ErrorKind::peer_lost, std::move(ctx)));
       return {};
     }
     conn.mark_goodbye();
@@ -392,7 +405,19 @@ void TcpTransport::fail_link(int peer, const Error& error) {
   if (!closing_) context_.sink->on_peer_failed(peer, error);
 }
 
-void TcpTransport::fail_peer(int peer, const Error& error) { fail_link(peer, error); }
+void TcpTransport::fail_peer(int peer, const Error& error) {
+  // The layer above gives up the link (a failed operation, often because another rank was
+  // lost): tell the peer why before closing, so it can name the rank that started it.
+  PeerLink& link = peers_[static_cast<std::size_t>(peer)];
+  if (!link.failed && !link.streams.empty() && link.streams[0]) {
+    FrameHeader abort;
+    abort.type = frame_abort;
+    const int cause = error.context().peer;
+    abort.arg = cause >= 0 && cause != peer ? static_cast<std::uint64_t>(cause) : ~std::uint64_t{0};
+    link.streams[0]->try_send_now(abort);
+  }
+  fail_link(peer, error);
+}
 
 void TcpTransport::retire(std::unique_ptr<Connection> conn) {
   retired_.push_back(std::move(conn));
