@@ -14,7 +14,7 @@ using p2p::RequestPtr;
 
 // Failures name the collective call they broke (with the p2p cause, peer and kind).
 [[noreturn]] void rethrow(const Call& call, const Error& e) {
-  throw e.for_operation(call.operation, std::nullopt);
+  throw e.for_operation(call.operation(), std::nullopt);
 }
 
 // How often a waiting step checks whether some rank of the communicator is gone.
@@ -42,7 +42,7 @@ void wait(Call& call, const RequestPtr& request) {
           ErrorKind::timeout,
           {.rank = call.rank,
            .peer = request->peer,
-           .operation = call.operation,
+           .operation = call.operation(),
            .cause = "a step was not complete after " + std::to_string(call.timeout.count()) +
                     " ms: " + call.messenger.describe_request(*request)});
       call.messenger.abandon(*request, timeout);
@@ -71,7 +71,7 @@ void check_size(const Call& call, const RequestPtr& r, std::size_t bytes, int fr
   throw Error(ErrorKind::protocol,
               {.rank = call.rank,
                .peer = from,
-               .operation = call.operation,
+               .operation = call.operation(),
                .cause = "rank " + std::to_string(from) + " sent " +
                         std::to_string(r->status.bytes) + " bytes where " + std::to_string(bytes) +
                         " were due: do all ranks call the same collectives in the same order with "
@@ -119,14 +119,14 @@ void allreduce_ring(Call& call, void* data, std::size_t count, DataType type, Re
   auto* bytes = static_cast<char*>(data);
   const int right = mod(r + 1, n);
   const int left = mod(r - 1, n);
-  std::vector<char> incoming(segment(count, n, 0).count * esize);
+  char* incoming = call.scratch_bytes(segment(count, n, 0).count * esize);
   // Reduce-scatter: after n-1 steps this rank holds the full reduction of segment r.
   for (int s = 0; s < n - 1; ++s) {
     const Segment out = segment(count, n, mod(r - s - 1, n));
     const Segment in = segment(count, n, mod(r - s - 2, n));
-    sendrecv(call, bytes + out.offset * esize, out.count * esize, right, incoming.data(),
-             in.count * esize, left);
-    reduce_into(bytes + in.offset * esize, incoming.data(), in.count, type, op);
+    sendrecv(call, bytes + out.offset * esize, out.count * esize, right, incoming, in.count * esize,
+             left);
+    reduce_into(bytes + in.offset * esize, incoming, in.count, type, op);
   }
   // Allgather: pass the reduced segments around the ring.
   for (int s = 0; s < n - 1; ++s) {
@@ -142,7 +142,7 @@ void allreduce_recursive_doubling(Call& call, void* data, std::size_t count, Dat
   const int n = call.size;
   const int r = call.rank;
   const std::size_t bytes = count * size_of(type);
-  std::vector<char> incoming(bytes);
+  char* incoming = call.scratch_bytes(bytes);
   // Non-powers of two (MPICH's scheme): the first 2*extra ranks pair up, the even one of each
   // pair hands its data to the odd one and sits out; the rest is a power of two.
   int pof2 = 1;
@@ -154,8 +154,8 @@ void allreduce_recursive_doubling(Call& call, void* data, std::size_t count, Dat
       send(call, data, bytes, r + 1);
       vrank = -1;
     } else {
-      recv(call, incoming.data(), bytes, r - 1);
-      reduce_into(data, incoming.data(), count, type, op);
+      recv(call, incoming, bytes, r - 1);
+      reduce_into(data, incoming, count, type, op);
       vrank = r / 2;
     }
   } else {
@@ -165,9 +165,9 @@ void allreduce_recursive_doubling(Call& call, void* data, std::size_t count, Dat
     for (int mask = 1; mask < pof2; mask <<= 1) {
       const int vpartner = vrank ^ mask;
       const int partner = vpartner < extra ? vpartner * 2 + 1 : vpartner + extra;
-      sendrecv(call, data, bytes, partner, incoming.data(), bytes, partner);
+      sendrecv(call, data, bytes, partner, incoming, bytes, partner);
       // Both partners combine the same two operands: every rank ends with identical bits.
-      reduce_into(data, incoming.data(), count, type, op);
+      reduce_into(data, incoming, count, type, op);
     }
   }
   if (r < 2 * extra) {
@@ -202,15 +202,15 @@ void reduce_binomial(Call& call, void* data, std::size_t count, DataType type, R
   const int n = call.size;
   const int vr = mod(call.rank - root, n);
   const std::size_t bytes = count * size_of(type);
-  std::vector<char> incoming(bytes);
+  char* incoming = call.scratch_bytes(bytes);
   for (int mask = 1; mask < n; mask <<= 1) {
     if (vr & mask) {
       send(call, data, bytes, mod(vr - mask + root, n));
       return;
     }
     if (vr + mask < n) {
-      recv(call, incoming.data(), bytes, mod(vr + mask + root, n));
-      reduce_into(data, incoming.data(), count, type, op);
+      recv(call, incoming, bytes, mod(vr + mask + root, n));
+      reduce_into(data, incoming, count, type, op);
     }
   }
 }
@@ -232,13 +232,12 @@ void reduce_scatter_ring(Call& call, void* data, std::size_t count, DataType typ
   const int r = call.rank;
   const std::size_t block = count * size_of(type);
   auto* bytes = static_cast<char*>(data);
-  std::vector<char> incoming(block);
+  char* incoming = call.scratch_bytes(block);
   for (int s = 0; s < n - 1; ++s) {
     const auto out = static_cast<std::size_t>(mod(r - s - 1, n));
     const auto in = static_cast<std::size_t>(mod(r - s - 2, n));
-    sendrecv(call, bytes + out * block, block, mod(r + 1, n), incoming.data(), block,
-             mod(r - 1, n));
-    reduce_into(bytes + in * block, incoming.data(), count, type, op);
+    sendrecv(call, bytes + out * block, block, mod(r + 1, n), incoming, block, mod(r - 1, n));
+    reduce_into(bytes + in * block, incoming, count, type, op);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,16 +16,27 @@
 namespace anview::collectives {
 
 // One collective call: who we are, its tag, its deadline per step, and its name for errors.
+// The buffers it needs come from the owning Collectives and are reused call after call, so a
+// small collective allocates nothing.
 struct Call {
   p2p::Messenger& messenger;
   int rank;
   int size;
   Tag tag;
   std::chrono::milliseconds timeout;
-  std::string operation;  // "allreduce #12"
+  const char* name;   // "allreduce"
+  std::uint64_t seq;  // this communicator's collective call number
   // Every request the call posted. When the call fails, the ones still pending are abandoned
   // (cancelled, or their link closed) before the buffers they point into go away.
-  std::vector<p2p::RequestPtr> posted;
+  std::vector<p2p::RequestPtr>& posted;
+  std::vector<char>& scratch;
+
+  std::string operation() const { return std::string(name) + " #" + std::to_string(seq); }
+  // Room for `bytes` of incoming data (valid until the next call).
+  char* scratch_bytes(std::size_t bytes) {
+    if (scratch.size() < bytes) scratch.resize(bytes);
+    return scratch.data();
+  }
 };
 
 // Runs `algorithm` on `call`; if it throws, abandons the call's pending requests first.

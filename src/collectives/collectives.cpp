@@ -30,18 +30,27 @@ std::string forced(const std::string& collective) {
 
 }  // namespace
 
+Collectives::Collectives(p2p::Messenger& messenger)
+    : messenger_(messenger),
+      forced_allreduce_(forced("allreduce")),
+      small_allreduce_bytes_(static_cast<std::size_t>(small_allreduce_setting.as_int())) {}
+
 Call Collectives::begin(const char* name) {
   const std::uint64_t seq = ++sequence_;
+  posted_.clear();
   return Call{messenger_,
               messenger_.rank(),
               messenger_.size(),
               Tag{reserved_tags + (seq & ((std::uint64_t{1} << 62) - 1))},
               messenger_.default_timeout(),
-              std::string(name) + " #" + std::to_string(seq)};
+              name,
+              seq,
+              posted_,
+              scratch_};
 }
 
 void Collectives::usage(const Call& call, const std::string& cause) const {
-  throw Error(ErrorKind::usage, {.rank = call.rank, .operation = call.operation, .cause = cause});
+  throw Error(ErrorKind::usage, {.rank = call.rank, .operation = call.operation(), .cause = cause});
 }
 
 void Collectives::check_root(const Call& call, int root) const {
@@ -66,12 +75,11 @@ void Collectives::check_buffer(const Call& call, const void* p, std::size_t byte
 }
 
 std::string Collectives::allreduce_choice(std::size_t bytes, std::string* why) const {
-  const std::string pick = forced("allreduce");
-  if (pick == "ring" || pick == "recursive_doubling") {
+  if (forced_allreduce_ == "ring" || forced_allreduce_ == "recursive_doubling") {
     if (why) *why = "forced by ANVIEW_ALGO";
-    return pick;
+    return forced_allreduce_;
   }
-  const auto small = static_cast<std::size_t>(small_allreduce_setting.as_int());
+  const std::size_t small = small_allreduce_bytes_;
   if (bytes <= small) {
     if (why) *why = std::to_string(bytes) + " B <= ANVIEW_ALLREDUCE_SMALL_BYTES: latency-bound";
     return "recursive_doubling";
@@ -104,12 +112,15 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
   check_buffer(call, send, bytes, "send");
   check_buffer(call, recv, bytes, "receive");
   if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
-  const std::string forced_algo = forced("allreduce");
-  if (!forced_algo.empty() && forced_algo != "ring" && forced_algo != "recursive_doubling")
-    usage(call, "ANVIEW_ALGO names allreduce=" + forced_algo + "; known: ring, recursive_doubling");
+  if (!forced_allreduce_.empty() && forced_allreduce_ != "ring" &&
+      forced_allreduce_ != "recursive_doubling")
+    usage(call,
+          "ANVIEW_ALGO names allreduce=" + forced_allreduce_ + "; known: ring, recursive_doubling");
   if (call.size > 1 && count > 0) {
     // The ring needs at least one element per rank to be worth its 2(n-1) steps.
-    if (allreduce_choice(bytes, nullptr) == "ring" && count >= static_cast<std::size_t>(call.size))
+    const bool ring =
+        forced_allreduce_.empty() ? bytes > small_allreduce_bytes_ : forced_allreduce_ == "ring";
+    if (ring && count >= static_cast<std::size_t>(call.size))
       run_guarded(call, [&] { allreduce_ring(call, recv, count, type, op); });
     else
       run_guarded(call, [&] { allreduce_recursive_doubling(call, recv, count, type, op); });

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "anview/collectives.hpp"
 #include "collectives/algorithms.hpp"
@@ -15,7 +16,8 @@ namespace anview::collectives {
 
 class Collectives {
  public:
-  explicit Collectives(p2p::Messenger& messenger) : messenger_(messenger) {}
+  // Reads ANVIEW_ALGO and ANVIEW_ALLREDUCE_SMALL_BYTES once, here.
+  explicit Collectives(p2p::Messenger& messenger);
 
   void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
   void broadcast(void* data, std::size_t count, DataType type, int root);
@@ -42,6 +44,10 @@ class Collectives {
 
   p2p::Messenger& messenger_;
   std::uint64_t sequence_ = 0;
+  std::string forced_allreduce_;  // from ANVIEW_ALGO
+  std::size_t small_allreduce_bytes_;
+  std::vector<p2p::RequestPtr> posted_;  // the current call's requests
+  std::vector<char> scratch_;            // the current call's incoming data
 };
 
 }  // namespace anview::collectives
