@@ -110,6 +110,42 @@ int mod(int a, int n) {
   return ((a % n) + n) % n;
 }
 
+// Sends `scount` elements to `to` while receiving `rcount` from `from` and reducing them into
+// `target`, cut into chunks of `chunk_bytes`: the reduction of one chunk overlaps the transfer
+// of the next, and the chunk being reduced is still in cache. Both sides cut the same message
+// the same way (the sender's segment is the receiver's), so chunks match one to one.
+void exchange_reduce(Call& call, const char* source, std::size_t scount, int to, char* target,
+                     std::size_t rcount, int from, DataType type, ReduceOp op,
+                     std::size_t chunk_bytes) {
+  const std::size_t esize = size_of(type);
+  const std::size_t per_chunk = std::max<std::size_t>(chunk_bytes / esize, 1);
+  const std::size_t rchunks = (rcount + per_chunk - 1) / per_chunk;
+  const std::size_t schunks = (scount + per_chunk - 1) / per_chunk;
+  char* buffers = call.scratch_bytes(2 * per_chunk * esize);
+  auto chunk_count = [&](std::size_t total, std::size_t k) {
+    return std::min(per_chunk, total - k * per_chunk);
+  };
+  std::vector<RequestPtr> recvs(rchunks);
+  auto post = [&](std::size_t k) {
+    recvs[k] = post_recv(call, buffers + (k % 2) * per_chunk * esize,
+                         chunk_count(rcount, k) * esize, from);
+  };
+  for (std::size_t k = 0; k < std::min<std::size_t>(rchunks, 2); ++k) post(k);
+  std::vector<RequestPtr> sends;
+  sends.reserve(schunks);
+  for (std::size_t k = 0; k < schunks; ++k)
+    sends.push_back(
+        post_send(call, source + k * per_chunk * esize, chunk_count(scount, k) * esize, to));
+  for (std::size_t k = 0; k < rchunks; ++k) {
+    const std::size_t n = chunk_count(rcount, k);
+    wait(call, recvs[k]);
+    check_size(call, recvs[k], n * esize, from);
+    reduce_into(target + k * per_chunk * esize, buffers + (k % 2) * per_chunk * esize, n, type, op);
+    if (k + 2 < rchunks) post(k + 2);
+  }
+  for (auto& r : sends) wait(call, r);
+}
+
 }  // namespace
 
 void allreduce_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op) {
@@ -119,14 +155,12 @@ void allreduce_ring(Call& call, void* data, std::size_t count, DataType type, Re
   auto* bytes = static_cast<char*>(data);
   const int right = mod(r + 1, n);
   const int left = mod(r - 1, n);
-  char* incoming = call.scratch_bytes(segment(count, n, 0).count * esize);
   // Reduce-scatter: after n-1 steps this rank holds the full reduction of segment r.
   for (int s = 0; s < n - 1; ++s) {
     const Segment out = segment(count, n, mod(r - s - 1, n));
     const Segment in = segment(count, n, mod(r - s - 2, n));
-    sendrecv(call, bytes + out.offset * esize, out.count * esize, right, incoming, in.count * esize,
-             left);
-    reduce_into(bytes + in.offset * esize, incoming, in.count, type, op);
+    exchange_reduce(call, bytes + out.offset * esize, out.count, right, bytes + in.offset * esize,
+                    in.count, left, type, op, call.chunk_bytes);
   }
   // Allgather: pass the reduced segments around the ring.
   for (int s = 0; s < n - 1; ++s) {
@@ -232,12 +266,11 @@ void reduce_scatter_ring(Call& call, void* data, std::size_t count, DataType typ
   const int r = call.rank;
   const std::size_t block = count * size_of(type);
   auto* bytes = static_cast<char*>(data);
-  char* incoming = call.scratch_bytes(block);
   for (int s = 0; s < n - 1; ++s) {
     const auto out = static_cast<std::size_t>(mod(r - s - 1, n));
     const auto in = static_cast<std::size_t>(mod(r - s - 2, n));
-    sendrecv(call, bytes + out * block, block, mod(r + 1, n), incoming, block, mod(r - 1, n));
-    reduce_into(bytes + in * block, incoming, count, type, op);
+    exchange_reduce(call, bytes + out * block, count, mod(r + 1, n), bytes + in * block, count,
+                    mod(r - 1, n), type, op, call.chunk_bytes);
   }
 }
 

@@ -30,6 +30,7 @@ struct Call {
   // (cancelled, or their link closed) before the buffers they point into go away.
   std::vector<p2p::RequestPtr>& posted;
   std::vector<char>& scratch;
+  std::size_t chunk_bytes;  // pipelining unit of the ring's reduce steps
 
   std::string operation() const { return std::string(name) + " #" + std::to_string(seq); }
   // Room for `bytes` of incoming data (valid until the next call).

@@ -19,6 +19,11 @@ const base::Setting small_allreduce_setting(
     "allreduce up to this size uses recursive doubling (latency-bound); above it the ring "
     "(bandwidth-bound)");
 
+const base::Setting chunk_setting(
+    "collectives", "ANVIEW_COLL_CHUNK", "64K",
+    "Reducing ring steps move and reduce data in chunks of this size, so the reduction of one "
+    "overlaps the transfer of the next");
+
 // The value forced for `collective` in ANVIEW_ALGO, or empty.
 std::string forced(const std::string& collective) {
   for (const auto& item : algo_setting.as_list()) {
@@ -33,7 +38,9 @@ std::string forced(const std::string& collective) {
 Collectives::Collectives(p2p::Messenger& messenger)
     : messenger_(messenger),
       forced_allreduce_(forced("allreduce")),
-      small_allreduce_bytes_(static_cast<std::size_t>(small_allreduce_setting.as_int())) {}
+      small_allreduce_bytes_(static_cast<std::size_t>(small_allreduce_setting.as_int())),
+      chunk_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(chunk_setting.as_int(), 4096))) {
+}
 
 Call Collectives::begin(const char* name) {
   const std::uint64_t seq = ++sequence_;
@@ -46,7 +53,8 @@ Call Collectives::begin(const char* name) {
               name,
               seq,
               posted_,
-              scratch_};
+              scratch_,
+              chunk_bytes_};
 }
 
 void Collectives::usage(const Call& call, const std::string& cause) const {

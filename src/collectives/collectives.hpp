@@ -46,6 +46,7 @@ class Collectives {
   std::uint64_t sequence_ = 0;
   std::string forced_allreduce_;  // from ANVIEW_ALGO
   std::size_t small_allreduce_bytes_;
+  std::size_t chunk_bytes_;              // ANVIEW_COLL_CHUNK
   std::vector<p2p::RequestPtr> posted_;  // the current call's requests
   std::vector<char> scratch_;            // the current call's incoming data
 };
