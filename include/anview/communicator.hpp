@@ -93,6 +93,11 @@ class Communicator {
   // `send` holds size() blocks of `count`: block r goes to rank r; `recv` gets block r from r.
   void alltoall(const void* send, void* recv, std::size_t count, DataType type);
   void barrier();
+  // A new communicator of the ranks that pass the same `color` (>= 0), ranked by `key` (ties:
+  // by rank here). Every rank calls it, like a collective. The new communicator is
+  // independent: its own connections, tags and collective sequence.
+  Communicator split(int color, int key) const;
+
   // The algorithm `collective` ("allreduce", "broadcast", ...) uses for `bytes` on this
   // communicator, and why (ANVIEW_ALGO or the size rule); empty for an unknown name.
   std::string collective_algorithm(std::string_view collective, std::size_t bytes,

@@ -1,6 +1,8 @@
 #include "anview/communicator.hpp"
 
+#include <algorithm>
 #include <random>
+#include <vector>
 
 #include "base/log.hpp"
 #include "base/timeouts.hpp"
@@ -35,7 +37,7 @@ std::uint64_t agree_on_job_id(Store& store, const std::string& prefix, int rank,
 
 CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
                                    const CommunicatorOptions& options)
-    : store_(std::move(store)) {
+    : store_(std::move(store)), prefix_(options.store_prefix) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw Error(ErrorKind::usage, {.rank = rank, .operation = "create",
                                    .cause = "rank " + std::to_string(rank) +
@@ -154,6 +156,35 @@ void Communicator::alltoall(const void* send, void* recv, std::size_t count, Dat
 }
 
 void Communicator::barrier() { impl_->collectives().barrier(); }
+
+Communicator Communicator::split(int color, int key) const {
+  if (color < 0) {
+    throw Error(ErrorKind::usage, {.rank = rank(), .operation = "split",
+                                   .cause = "color " + std::to_string(color) +
+                                            " is negative; colors name groups and are >= 0"});
+  }
+  // Everyone learns everyone's (color, key); the ranks of one color, ordered by key and then
+  // by their rank here, form the new communicator. It bootstraps through the same store under
+  // its own prefix, so its connections, tags and sequence numbers are its own.
+  const std::int64_t mine[2] = {color, key};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size()));
+  impl_->collectives().allgather(mine, all.data(), 2, DataType::int64);
+  std::vector<std::pair<std::int64_t, int>> members;  // (key, old rank) of my color
+  for (int r = 0; r < size(); ++r) {
+    if (all[2 * static_cast<std::size_t>(r)] == color)
+      members.emplace_back(all[2 * static_cast<std::size_t>(r) + 1], r);
+  }
+  std::sort(members.begin(), members.end());
+  int new_rank = 0;
+  while (members[static_cast<std::size_t>(new_rank)].second != rank()) ++new_rank;
+  const std::string prefix = impl_->store_prefix() + "/split" +
+                             std::to_string(impl_->next_split()) + "/color" +
+                             std::to_string(color);
+  Communicator sub = create(new_rank, static_cast<int>(members.size()), impl_->store(),
+                            {.timeout = impl_->messenger().default_timeout(), .store_prefix = prefix});
+  base::set_log_rank(rank());  // log lines keep naming this process by its rank in the job
+  return sub;
+}
 
 std::string Communicator::collective_algorithm(std::string_view collective, std::size_t bytes,
                                                std::string* why) const {

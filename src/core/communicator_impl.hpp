@@ -1,7 +1,9 @@
 // What a Communicator handle points to: the store it bootstrapped from and the p2p engine.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 #include "anview/communicator.hpp"
 #include "collectives/collectives.hpp"
@@ -19,9 +21,14 @@ class CommunicatorImpl {
   p2p::Messenger& messenger() { return *messenger_; }
   collectives::Collectives& collectives() { return *collectives_; }
   Store& store() { return store_; }
+  const std::string& store_prefix() const { return prefix_; }
+  // Numbers the splits of this communicator (all ranks split in the same order).
+  std::uint64_t next_split() { return ++splits_; }
 
  private:
   Store store_;
+  std::string prefix_;
+  std::uint64_t splits_ = 0;
   std::shared_ptr<p2p::Messenger> messenger_;
   std::unique_ptr<collectives::Collectives> collectives_;
 };

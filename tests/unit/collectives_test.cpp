@@ -286,3 +286,38 @@ TEST(Collectives, MismatchedSizesFailWithAnErrorNamingTheCall) {
 
 }  // namespace
 }  // namespace anview
+
+namespace anview {
+namespace {
+
+TEST(Collectives, SplitMakesIndependentCommunicatorsOrderedByKey) {
+  run_ranks(5, [](Communicator& comm) {
+    const int color = comm.rank() % 2;                   // evens: 0 2 4, odds: 1 3
+    Communicator sub = comm.split(color, -comm.rank());  // reverse order inside each group
+    const int members = color == 0 ? 3 : 2;
+    ASSERT_EQ(sub.size(), members);
+    // Largest old rank first: rank 4 -> 0, 2 -> 1, 0 -> 2; rank 3 -> 0, 1 -> 1.
+    const int expected_rank = (color == 0 ? 4 - comm.rank() : 3 - comm.rank()) / 2;
+    EXPECT_EQ(sub.rank(), expected_rank);
+    std::int64_t value = comm.rank();
+    sub.allreduce(&value, 1, DataType::int64, ReduceOp::sum);
+    EXPECT_EQ(value, color == 0 ? 0 + 2 + 4 : 1 + 3);
+    // The parent goes on working, with its own sequence of collectives.
+    std::int64_t all = 1;
+    comm.allreduce(&all, 1, DataType::int64, ReduceOp::sum);
+    EXPECT_EQ(all, 5);
+    // Point-to-point in the sub-communicator uses its own ranks.
+    if (sub.size() > 1) {
+      int token = sub.rank();
+      const int next = (sub.rank() + 1) % sub.size();
+      const int prev = (sub.rank() + sub.size() - 1) % sub.size();
+      Request r = sub.irecv(&value, sizeof value, prev, Tag{3});
+      sub.send(&token, sizeof token, next, Tag{3});
+      r.wait();
+    }
+    EXPECT_THROW(comm.split(-1, 0), Error);
+  });
+}
+
+}  // namespace
+}  // namespace anview
