@@ -82,18 +82,21 @@ void Collectives::check_buffer(const Call& call, const void* p, std::size_t byte
   if (p == nullptr && bytes > 0) usage(call, std::string("null ") + which + " buffer");
 }
 
-std::string Collectives::allreduce_choice(std::size_t bytes, std::string* why) const {
+bool Collectives::allreduce_uses_ring(std::size_t bytes, std::string* why) const {
   if (forced_allreduce_ == "ring" || forced_allreduce_ == "recursive_doubling") {
     if (why) *why = "forced by ANVIEW_ALGO";
-    return forced_allreduce_;
+    return forced_allreduce_ == "ring";
   }
-  const std::size_t small = small_allreduce_bytes_;
-  if (bytes <= small) {
-    if (why) *why = std::to_string(bytes) + " B <= ANVIEW_ALLREDUCE_SMALL_BYTES: latency-bound";
-    return "recursive_doubling";
+  const bool ring = bytes > small_allreduce_bytes_;
+  if (why) {
+    *why = std::to_string(bytes) + (ring ? " B > ANVIEW_ALLREDUCE_SMALL_BYTES: bandwidth-bound"
+                                         : " B <= ANVIEW_ALLREDUCE_SMALL_BYTES: latency-bound");
   }
-  if (why) *why = std::to_string(bytes) + " B > ANVIEW_ALLREDUCE_SMALL_BYTES: bandwidth-bound";
-  return "ring";
+  return ring;
+}
+
+std::string Collectives::allreduce_choice(std::size_t bytes, std::string* why) const {
+  return allreduce_uses_ring(bytes, why) ? "ring" : "recursive_doubling";
 }
 
 std::string Collectives::algorithm(std::string_view collective, std::size_t bytes,
@@ -126,9 +129,7 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
           "ANVIEW_ALGO names allreduce=" + forced_allreduce_ + "; known: ring, recursive_doubling");
   if (call.size > 1 && count > 0) {
     // The ring needs at least one element per rank to be worth its 2(n-1) steps.
-    const bool ring =
-        forced_allreduce_.empty() ? bytes > small_allreduce_bytes_ : forced_allreduce_ == "ring";
-    if (ring && count >= static_cast<std::size_t>(call.size))
+    if (allreduce_uses_ring(bytes, nullptr) && count >= static_cast<std::size_t>(call.size))
       run_guarded(call, [&] { allreduce_ring(call, recv, count, type, op); });
     else
       run_guarded(call, [&] { allreduce_recursive_doubling(call, recv, count, type, op); });

@@ -36,6 +36,8 @@ class Collectives {
   std::string algorithm(std::string_view collective, std::size_t bytes, std::string* why) const;
 
  private:
+  // The one size rule (or ANVIEW_ALGO) behind allreduce's choice, and why.
+  bool allreduce_uses_ring(std::size_t bytes, std::string* why) const;
   Call begin(const char* name);
   [[noreturn]] void usage(const Call& call, const std::string& cause) const;
   void check_root(const Call& call, int root) const;

@@ -262,29 +262,22 @@ void Messenger::send_frame(int peer, const transport::FrameHeader& header, const
 }
 
 void Messenger::complete(RequestPtr request, std::optional<Error> error) {
-  // The caller's reference saves complete(RequestImpl&) a shared_from_this().
-  if (!request->keep_alive && request->phase != RequestImpl::Phase::complete) {
-    request->phase = RequestImpl::Phase::complete;
-    request->error = std::move(error);
-    request->done.store(true, std::memory_order_release);
-    completed_.push_back(std::move(request));
-    return;
-  }
-  complete(*request, std::move(error));
+  RequestImpl& r = *request;
+  complete(r, std::move(error), std::move(request));  // the caller's reference: no shared_from_this
 }
 
-void Messenger::complete(RequestImpl& request, std::optional<Error> error) {
-  // The last reference may be keep_alive: it is dropped only after the lock is released
-  // (completed_ goes to Completions), never here.
-  RequestPtr self = request.keep_alive ? std::move(request.keep_alive) : nullptr;
+void Messenger::complete(RequestImpl& request, std::optional<Error> error, RequestPtr ref) {
+  // A reference goes to completed_ and is dropped only after the lock is released (it may be
+  // the last one, e.g. keep_alive): keep_alive if set, else the caller's, else a new one.
+  if (request.keep_alive) ref = std::move(request.keep_alive);
   if (request.phase == RequestImpl::Phase::complete) {
-    if (self) completed_.push_back(std::move(self));
+    if (ref) completed_.push_back(std::move(ref));
     return;
   }
   request.phase = RequestImpl::Phase::complete;
   request.error = std::move(error);
   request.done.store(true, std::memory_order_release);
-  completed_.push_back(self ? std::move(self) : request.shared_from_this());
+  completed_.push_back(ref ? std::move(ref) : request.shared_from_this());
 }
 
 void Messenger::take_completed(Completions& out) {

@@ -121,7 +121,7 @@ class Messenger final : public transport::FrameSink,
   using Lock = std::unique_lock<std::mutex>;
 
   // All below: mu_ held.
-  void complete(RequestImpl& request, std::optional<Error> error);
+  void complete(RequestImpl& request, std::optional<Error> error, RequestPtr ref = nullptr);
   void complete(RequestPtr request, std::optional<Error> error);
   void take_completed(Completions& out);
   // Without mu_: wakes sleeping waiters if needed, runs the callbacks.

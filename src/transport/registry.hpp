@@ -25,13 +25,6 @@ struct Selection {
 
 // What one transport can do on this machine, found without creating a communicator (for
 // anview-info). A transport that cannot run here is not an error: `usable` and `detail` say why.
-struct TransportProbe {
-  std::string name;
-  bool selected = false;           // ANVIEW_TRANSPORTS names it
-  bool usable = false;             // this machine lets it run
-  std::string detail;              // what it would use, or why it cannot run
-  std::vector<std::string> notes;  // further findings (single copy, ptrace restrictions)
-};
 
 // Probes every transport of known_transports(), in that order. Blocks briefly (system calls
 // only); any thread.
@@ -39,7 +32,7 @@ std::vector<TransportProbe> probe_transports();
 
 // Picks the transport for `peer`: self for our own rank, else the first of `ordered` that can
 // reach it. The reason names the rejected candidates and why.
-Selection select_transport(const std::vector<std::unique_ptr<Transport>>& ordered,
-                           Transport& self, const PeerInfo& peer);
+Selection select_transport(const std::vector<std::unique_ptr<Transport>>& ordered, Transport& self,
+                           const PeerInfo& peer);
 
 }  // namespace anview::transport

@@ -86,6 +86,16 @@ struct TransportContext {
   FrameSink* sink = nullptr;
 };
 
+// What a transport finds on this machine before any communicator exists (anview-info). Each
+// transport has a static probe() returning one.
+struct TransportProbe {
+  std::string name;
+  bool selected = false;           // ANVIEW_TRANSPORTS names it
+  bool usable = false;             // this machine lets it run
+  std::string detail;              // what it would use, or why it cannot run
+  std::vector<std::string> notes;  // further findings (single copy, ptrace restrictions)
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;

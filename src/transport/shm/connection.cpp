@@ -124,26 +124,10 @@ bool Connection::check_up(std::string* why) {
 
 void Connection::send(const FrameHeader& header, const void* payload, Ordering ordering,
                       SendDone done) {
+  // Small frames take ShmTransport::try_send_now; what comes here queues behind the rest.
   Pending p{header, static_cast<const char*>(payload)};
   p.by_reference = peer_reads_by_reference_ && header.payload_bytes > owner_.single_copy_bytes();
   p.any_order = ordering == Ordering::any_stream;
-  if (sendq_.empty() && controls_.empty() && !goodbye_queued_ && state_ == State::up) {
-    // The fast path: nothing queued ahead, so the frame goes straight into the ring.
-    if (p.by_reference) p.done = std::move(done);
-    const bool complete = write_frame(p);
-    if (p.started) {
-      out_.publish();
-      wake_peer();
-    }
-    if (complete) {
-      if (!p.by_reference && done) done(nullptr);
-      return;
-    }
-    if (!p.by_reference) p.done = std::move(done);
-    sendq_.push_back(std::move(p));
-    update_blocked();
-    return;
-  }
   p.done = std::move(done);
   sendq_.push_back(std::move(p));
   flush();

@@ -12,12 +12,19 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
 namespace anview::transport::shm {
 
 inline constexpr std::size_t cache_line = 64;
+
+inline std::string to_hex(std::uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "%llx", static_cast<unsigned long long>(value));
+  return text;
+}
 inline constexpr std::uint32_t ring_magic = 0x52564e41;  // "ANVR"
 inline constexpr std::uint32_t ring_version = 2;
 
@@ -188,7 +195,7 @@ class RingReader {
       if (h.magic != record_magic || h.reserved != 0 || h.kind < RecordKind::frame ||
           h.kind > RecordKind::pushed) {
         error = "bad record header at offset " + std::to_string(offset) + " (magic 0x" +
-                hex(h.magic) + ", kind " + std::to_string(static_cast<int>(h.kind)) + ")";
+                to_hex(h.magic) + ", kind " + std::to_string(static_cast<int>(h.kind)) + ")";
         return false;
       }
       if (h.seq != seq_ + 1) {
@@ -222,12 +229,6 @@ class RingReader {
   void publish() { control_->tail.store(tail_, std::memory_order_seq_cst); }
 
  private:
-  static std::string hex(unsigned value) {
-    char text[16];
-    std::snprintf(text, sizeof text, "%x", value);
-    return text;
-  }
-
   RingControl* control_ = nullptr;
   char* data_ = nullptr;
   std::size_t capacity_ = 0;

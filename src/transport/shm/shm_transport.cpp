@@ -8,10 +8,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "base/config.hpp"
 #include "base/log.hpp"
+#include "bootstrap/interfaces.hpp"
 
 namespace anview::transport::shm {
 namespace {
@@ -47,13 +49,74 @@ std::size_t checked_ring_bytes(int rank) {
   return static_cast<std::size_t>(bytes);
 }
 
-std::string hex(std::uint64_t value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%llx", static_cast<unsigned long long>(value));
+// CAP_SYS_PTRACE in the effective set lets a rank read its siblings whatever Yama says.
+bool has_cap_sys_ptrace() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("CapEff:", 0) != 0) continue;
+    try {
+      return (std::stoull(line.substr(7), nullptr, 16) >> 19) & 1;  // CAP_SYS_PTRACE = 19
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+  return false;
+}
+
+// What kernel.yama.ptrace_scope means for ranks reading their siblings (they are siblings under
+// every launcher, never parent and child).
+std::string ptrace_note() {
+  std::ifstream file("/proc/sys/kernel/yama/ptrace_scope");
+  int scope = -1;
+  if (!(file >> scope)) {
+    return "kernel.yama.ptrace_scope: no Yama here; ranks of the same user may read each other";
+  }
+  const std::string head = "kernel.yama.ptrace_scope=" + std::to_string(scope) + ": ";
+  const bool cap = has_cap_sys_ptrace();
+  if (scope == 0) return head + "ranks of the same user may read each other";
+  if (scope <= 2 && cap) return head + "restricted, but this process has CAP_SYS_PTRACE";
+  std::string text = head + (scope == 1   ? "only a process's descendants may read it"
+                             : scope == 2 ? "only processes with CAP_SYS_PTRACE may read others"
+                                          : "no process may read another");
+  text +=
+      ", so sibling ranks are refused single copy and large messages are copied through the "
+      "ring (the transport says so at connect time)";
+  if (scope <= 2) text += "; for single copy set it to 0 or give the ranks CAP_SYS_PTRACE";
   return text;
 }
 
 }  // namespace
+
+TransportProbe ShmTransport::probe() {
+  TransportProbe p{.name = "shm"};
+  std::string why;
+  if (!usable_here(&why)) {
+    p.detail = "cannot run here: " + why;
+    return p;
+  }
+  p.usable = true;
+  p.detail =
+      "memfd, shared mappings and unix wake-up sockets work; reaches the ranks whose host "
+      "id is " +
+      bootstrap::host_id();
+  // The same probe a connection makes towards a peer, aimed at this very process: whether the
+  // kernel and a seccomp profile allow cross-memory attach at all (Yama may still refuse
+  // siblings, see ptrace_note).
+  const std::uint64_t word = probe_value;
+  if (!cma_setting.as_bool()) {
+    p.notes.push_back("single copy (cross-memory attach): off (ANVIEW_SHM_CMA=" +
+                      cma_setting.value() + "); large messages are copied through the ring");
+  } else if (!probe_cross_memory_attach(static_cast<int>(::getpid()),
+                                        reinterpret_cast<std::uint64_t>(&word), &why)) {
+    p.notes.push_back("single copy: unavailable (" + why +
+                      "); large messages are copied through the ring");
+  } else {
+    p.notes.push_back("single copy (cross-memory attach) above ANVIEW_SHM_SINGLE_COPY_BYTES=" +
+                      single_copy_setting.value() + ": process_vm_readv works on this process");
+  }
+  p.notes.push_back(ptrace_note());
+  return p;
+}
 
 bool ShmTransport::usable_here(std::string* why) {
   const int fd = ::memfd_create("anview-probe", MFD_CLOEXEC);
@@ -84,8 +147,8 @@ ShmTransport::ShmTransport(const TransportContext& context)
       split_bytes_(static_cast<std::size_t>(split_setting.as_int())),
       peers_(static_cast<std::size_t>(context.world_size)) {
   // A machine without memfd or unix sockets is not an error: can_reach says why, and the
-  // next transport in ANVIEW_TRANSPORTS serves the peers.
-  if (!usable_here(&unusable_)) return;
+  // next transport in ANVIEW_TRANSPORTS serves the peers. (Each step below says why it failed,
+  // so there is no separate usable_here() probe at start-up.)
   segment_ = base::Fd(::memfd_create("anview-shm", MFD_CLOEXEC));
   const std::size_t bytes = slot_offset(context.world_size, ring_bytes_);
   if (!segment_.valid() || ::ftruncate(segment_.get(), static_cast<off_t>(bytes)) != 0) {
@@ -103,7 +166,7 @@ ShmTransport::ShmTransport(const TransportContext& context)
   own_control_->sleeping.store(0, std::memory_order_relaxed);
 
   wake_socket_ = base::Fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  wake_name_ = "anview-" + hex(context.job_id) + "-" + std::to_string(context.rank) + "-" +
+  wake_name_ = "anview-" + to_hex(context.job_id) + "-" + std::to_string(context.rank) + "-" +
                std::to_string(::getpid()) + "-" + std::to_string(instance_counter++);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -160,6 +223,12 @@ bool ShmTransport::can_reach(const PeerInfo& peer, std::string* why) const {
 ErrorContext ShmTransport::error_context(int peer, const std::string& operation) const {
   return ErrorContext{
       .rank = context_.rank, .peer = peer, .peer_address = "shm", .operation = operation};
+}
+
+Error ShmTransport::closed_communicator(int peer) const {
+  ErrorContext ctx = error_context(peer, "transfer");
+  ctx.cause = "rank " + std::to_string(peer) + " closed its communicator";
+  return Error(ErrorKind::peer_lost, std::move(ctx));
 }
 
 void ShmTransport::setup_error(int peer, const std::string& cause) {
@@ -281,9 +350,7 @@ bool ShmTransport::poll() {
     if (conn->state() != Connection::State::up) continue;
     worked |= conn->receive(true);
     if (conn->state() == Connection::State::up && conn->goodbye_received()) {
-      ErrorContext ctx = error_context(conn->peer(), "transfer");
-      ctx.cause = "rank " + std::to_string(conn->peer()) + " closed its communicator";
-      fail_link(conn->peer(), Error(ErrorKind::peer_lost, std::move(ctx)));
+      fail_link(conn->peer(), closed_communicator(conn->peer()));
       continue;
     }
     if (conn->state() == Connection::State::up) worked |= conn->flush();
@@ -329,14 +396,14 @@ void ShmTransport::on_peer_process_exit(int peer) {
     conn.receive(false);
   }
   if (link.failed) return;
-  ErrorContext ctx = error_context(peer, up ? "transfer" : "connect");
   if (conn.goodbye_received()) {
-    ctx.cause = "rank " + std::to_string(peer) + " closed its communicator";
-  } else {
-    ctx.cause = "the process of rank " + std::to_string(peer) + " (pid " +
-                std::to_string(conn.endpoint().pid) +
-                ") exited without closing its communicator: it was killed or crashed";
+    fail_link(peer, closed_communicator(peer));
+    return;
   }
+  ErrorContext ctx = error_context(peer, up ? "transfer" : "connect");
+  ctx.cause = "the process of rank " + std::to_string(peer) + " (pid " +
+              std::to_string(conn.endpoint().pid) +
+              ") exited without closing its communicator: it was killed or crashed";
   fail_link(peer, Error(ErrorKind::peer_lost, std::move(ctx)));
 }
 

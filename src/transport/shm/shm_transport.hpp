@@ -41,9 +41,10 @@ class ShmTransport final : public Transport, private base::FdHandler {
   void shutdown(base::Deadline deadline) override;
   std::string describe_peer(int peer) const override;
 
-  // Whether this machine lets the transport run at all (memfd, mmap, a wake-up socket);
-  // anview-info reports it.
+  // Whether this machine lets the transport run at all (memfd, mmap, a wake-up socket).
   static bool usable_here(std::string* why);
+  // What anview-info reports: usable or why not, single copy, ptrace restrictions.
+  static TransportProbe probe();
 
   // --- for Connection ---
   FrameSink& sink() { return *context_.sink; }
@@ -72,6 +73,7 @@ class ShmTransport final : public Transport, private base::FdHandler {
   void on_fd_events(std::uint32_t events) override;  // the wake-up socket
   void on_peer_process_exit(int peer);
   void setup_error(int peer, const std::string& cause);
+  Error closed_communicator(int peer) const;  // the peer said goodbye
 
   TransportContext context_;
   std::size_t ring_bytes_;

@@ -27,11 +27,59 @@ const base::Setting sockbuf_setting(
 
 constexpr auto hello_timeout = std::chrono::seconds(10);
 
+// The addresses a rank publishes, in preference order: IPv4 only for now (the others go to
+// `skipped` when given).
+std::vector<std::string> publishable_addresses(std::vector<std::string>* skipped) {
+  std::vector<std::string> out;
+  for (const auto& address : bootstrap::select_addresses(bootstrap::list_interfaces(),
+                                                         bootstrap::wanted_interfaces(), true)) {
+    if (address.find(':') == std::string::npos) {
+      out.push_back(address);
+    } else if (skipped) {
+      skipped->push_back(address);
+    }
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
 bool is_loopback(const std::string& host_port) {
   return host_port.rfind("127.", 0) == 0 || host_port.rfind("[::1]", 0) == 0;
 }
 
 }  // namespace
+
+TransportProbe TcpTransport::probe() {
+  TransportProbe p{.name = "tcp"};
+  std::vector<std::string> published, skipped;
+  try {
+    published = publishable_addresses(&skipped);
+  } catch (const Error& e) {
+    p.detail = "no address to publish: " + e.cause();
+    return p;
+  }
+  if (published.empty()) {
+    p.detail = "no IPv4 address to publish (other interfaces that are up: " +
+               (skipped.empty() ? std::string("none") : join(skipped)) + "; check ANVIEW_IFACES)";
+    return p;
+  }
+  p.usable = true;
+  p.detail = "would publish " + join(published);
+  const auto loopback = std::count_if(published.begin(), published.end(),
+                                      [](const std::string& a) { return is_loopback(a); });
+  if (loopback == static_cast<std::ptrdiff_t>(published.size())) {
+    p.notes.push_back("only loopback addresses: reaches ranks on this host only");
+  } else if (loopback > 0) {
+    p.notes.push_back("loopback addresses serve ranks on this host only");
+  }
+  if (!skipped.empty()) p.notes.push_back("IPv6 addresses not used (IPv4 only): " + join(skipped));
+  return p;
+}
 
 TcpTransport::TcpTransport(const TransportContext& context)
     : context_(context),
@@ -47,11 +95,8 @@ TcpTransport::TcpTransport(const TransportContext& context)
   listener_ = base::listen_tcp(
       base::SockAddr::from_host_port("0.0.0.0", static_cast<std::uint16_t>(port), ctx), 4096, ctx);
   port_ = base::local_address(listener_.get()).port();
-  for (const auto& address : bootstrap::select_addresses(bootstrap::list_interfaces(),
-                                                         bootstrap::wanted_interfaces(), true)) {
-    if (address.find(':') != std::string::npos) continue;  // IPv4 only for now
+  for (const auto& address : publishable_addresses(nullptr))
     published_.push_back(address + ":" + std::to_string(port_));
-  }
   peers_.resize(static_cast<std::size_t>(context_.world_size));
   context_.engine->add_fd(listener_.get(), EPOLLIN, this);
   context_.engine->add_poller([this] { return poll_housekeeping(); },

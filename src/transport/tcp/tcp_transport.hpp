@@ -20,6 +20,9 @@ class TcpTransport final : public Transport, private base::FdHandler {
   explicit TcpTransport(const TransportContext& context);
   ~TcpTransport() override;
 
+  // What anview-info reports: the addresses it would publish, or why there are none.
+  static TransportProbe probe();
+
   std::string_view name() const override { return "tcp"; }
   Capabilities capabilities() const override;
   void describe_self(PeerInfo& self) const override;
