@@ -85,8 +85,10 @@ void Messenger::connect(const std::vector<transport::PeerInfo>& peers) {
     for (const auto& peer : peers) {
       auto selection = transport::select_transport(transports_, *self_, peer);
       if (selection.transport == nullptr) {
-        throw Error(ErrorKind::link, {.rank = config_.rank, .peer = peer.rank,
-                                      .operation = "connect", .cause = selection.reason});
+        throw Error(ErrorKind::link, {.rank = config_.rank,
+                                      .peer = peer.rank,
+                                      .operation = "connect",
+                                      .cause = selection.reason});
       }
       PeerState& ps = peers_[static_cast<std::size_t>(peer.rank)];
       ps.transport = selection.transport;
@@ -110,17 +112,19 @@ void Messenger::connect(const std::vector<transport::PeerInfo>& peers) {
       bool ready = true;
       std::string pending;
       for (const auto& t : transports_) {
-        if (auto failure = t->setup_failure()) throw failure->for_operation("connect", std::nullopt);
+        if (auto failure = t->setup_failure())
+          throw failure->for_operation("connect", std::nullopt);
         if (t->ready()) continue;
         ready = false;
         pending += t->pending_connections();
       }
       if (ready) return;
       if (base::Clock::now() >= deadline) {
-        throw Error(ErrorKind::timeout,
-                    {.rank = config_.rank, .operation = "connect",
-                     .cause = "connections not up after " + std::to_string(config_.timeout.count()) +
-                              " ms; still waiting for " + pending});
+        throw Error(ErrorKind::timeout, {.rank = config_.rank,
+                                         .operation = "connect",
+                                         .cause = "connections not up after " +
+                                                  std::to_string(config_.timeout.count()) +
+                                                  " ms; still waiting for " + pending});
       }
     }
     // Bootstrap runs on one thread: it owns the driver role while it waits.
@@ -131,15 +135,14 @@ void Messenger::connect(const std::vector<transport::PeerInfo>& peers) {
 }
 
 Error Messenger::request_error(const RequestImpl& r, ErrorKind kind, std::string cause) const {
-  return Error(kind, {.rank = config_.rank,
-                      .peer = r.kind == RequestImpl::Kind::recv && r.status.source >= 0
-                                  ? r.status.source
-                                  : r.peer,
-                      .operation = r.kind == RequestImpl::Kind::send ? "send" : "recv",
-                      // A matched wildcard receive names the tag it matched.
-                      .tag = to_underlying(r.tag == any_tag && r.status.source >= 0 ? r.status.tag
-                                                                                    : r.tag),
-                      .cause = std::move(cause)});
+  return Error(
+      kind,
+      {.rank = config_.rank,
+       .peer = r.kind == RequestImpl::Kind::recv && r.status.source >= 0 ? r.status.source : r.peer,
+       .operation = r.kind == RequestImpl::Kind::send ? "send" : "recv",
+       // A matched wildcard receive names the tag it matched.
+       .tag = to_underlying(r.tag == any_tag && r.status.source >= 0 ? r.status.tag : r.tag),
+       .cause = std::move(cause)});
 }
 
 bool Messenger::send_now(const void* data, std::size_t bytes, int peer, Tag tag) {
@@ -153,13 +156,13 @@ bool Messenger::send_now(const void* data, std::size_t bytes, int peer, Tag tag)
          ps.transport->try_send_now(peer, eager_header(bytes, tag), data);
 }
 
-RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag tag,
-                            bool internal) {
+RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag tag, bool internal) {
   auto req = std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::send, peer, tag);
   if (peer < 0 || peer >= config_.world_size)
-    throw request_error(*req, ErrorKind::usage, "peer " + std::to_string(peer) +
-                                                    " is not a rank of this communicator (size " +
-                                                    std::to_string(config_.world_size) + ")");
+    throw request_error(*req, ErrorKind::usage,
+                        "peer " + std::to_string(peer) +
+                            " is not a rank of this communicator (size " +
+                            std::to_string(config_.world_size) + ")");
   if (to_underlying(tag) >= reserved_tags && (!internal || tag == any_tag))
     throw request_error(*req, ErrorKind::usage, "tags at or above 2^63 are reserved");
   if (data == nullptr && bytes > 0)
@@ -206,13 +209,14 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
   return req;
 }
 
-RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag tag,
-                            bool internal) {
-  auto req = std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::recv, source, tag);
+RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag tag, bool internal) {
+  auto req =
+      std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::recv, source, tag);
   if (source != any_source && (source < 0 || source >= config_.world_size))
-    throw request_error(*req, ErrorKind::usage, "source " + std::to_string(source) +
-                                                    " is not a rank of this communicator (size " +
-                                                    std::to_string(config_.world_size) + ")");
+    throw request_error(*req, ErrorKind::usage,
+                        "source " + std::to_string(source) +
+                            " is not a rank of this communicator (size " +
+                            std::to_string(config_.world_size) + ")");
   if (tag != any_tag && to_underlying(tag) >= reserved_tags && !internal)
     throw request_error(*req, ErrorKind::usage, "tags at or above 2^63 are reserved");
   if (data == nullptr && capacity > 0)
@@ -253,12 +257,15 @@ void Messenger::send_frame(int peer, const transport::FrameHeader& header, const
                            transport::Ordering ordering, transport::SendDone done) {
   transport::Transport* t = peers_[static_cast<std::size_t>(peer)].transport;
   if (t == nullptr) {
-    const Error error(ErrorKind::internal, {.rank = config_.rank, .peer = peer, .operation = "send",
+    const Error error(ErrorKind::internal, {.rank = config_.rank,
+                                            .peer = peer,
+                                            .operation = "send",
                                             .cause = "no transport serves this peer"});
     if (done) done(&error);
     return;
   }
-  t->post_send(peer, header, payload, ordering, done ? std::move(done) : [](const Error*) {});
+  t->post_send(
+      peer, header, payload, ordering, done ? std::move(done) : [](const Error*) {});
 }
 
 void Messenger::complete(RequestPtr request, std::optional<Error> error) {
@@ -397,9 +404,9 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
     pure_spin_end = start + spin_ / 2;
   };
   auto timed_out = [&] {
-    return request_error(request, ErrorKind::timeout,
-                         "not complete after " + std::to_string(timeout.count()) + " ms: " +
-                             describe_wait(request));
+    return request_error(
+        request, ErrorKind::timeout,
+        "not complete after " + std::to_string(timeout.count()) + " ms: " + describe_wait(request));
   };
   auto done = [&] { return request.done.load(std::memory_order_acquire); };
   while (!done()) {
@@ -463,8 +470,9 @@ std::string Messenger::describe_wait(const RequestImpl& r) const {
     for (int p = 0; p < config_.world_size; ++p) {
       const PeerState& ps = peers_[static_cast<std::size_t>(p)];
       if (!ps.deferred || (r.peer != any_source && r.peer != p)) continue;
-      text += "; reading from rank " + std::to_string(p) + " is paused: " +
-              std::to_string(ps.unexpected_bytes) + " bytes of its messages wait for matching "
+      text += "; reading from rank " + std::to_string(p) +
+              " is paused: " + std::to_string(ps.unexpected_bytes) +
+              " bytes of its messages wait for matching "
               "receives (post them, or raise ANVIEW_UNEXPECTED_BYTES)";
     }
     return text;
@@ -516,8 +524,8 @@ void Messenger::shutdown() {
     Lock lock(mu_);
     if (closed_) return;
     closed_ = true;
-    const base::Deadline deadline = base::deadline_after(
-        std::min<std::chrono::milliseconds>(config_.timeout, shutdown_linger));
+    const base::Deadline deadline =
+        base::deadline_after(std::min<std::chrono::milliseconds>(config_.timeout, shutdown_linger));
     for (auto& t : transports_) t->shutdown(deadline);
     self_->shutdown(deadline);
     auto fail = [&](const RequestPtr& r) {

@@ -42,7 +42,7 @@ struct MessengerConfig {
 class Completions {
  public:
   void add(RequestPtr request, Request::Callback callback);
-  void run();  // the callbacks, in completion order
+  void run();           // the callbacks, in completion order
   bool notify = false;  // threads sleep on the messenger's condition variable
 
  private:
@@ -114,7 +114,7 @@ class Messenger final : public transport::FrameSink,
     std::optional<Error> failure;
     std::size_t unexpected_bytes = 0;
     bool deferred = false;
-    RequestPtr eager_target;                // receive the current eager frame lands in
+    RequestPtr eager_target;                     // receive the current eager frame lands in
     UnexpectedQueue::Iterator eager_unexpected;  // or the unexpected entry it fills
     bool eager_to_unexpected = false;
   };
@@ -144,12 +144,12 @@ class Messenger final : public transport::FrameSink,
 
   MessengerConfig config_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // signalled when requests complete or the driver leaves
+  std::condition_variable cv_;        // signalled when requests complete or the driver leaves
   std::atomic<bool> driving_{false};  // a thread drives progress (lock-free role)
-  bool pollers_busy_ = true;  // the driver's: pollers had work on the last round
-  unsigned rounds_to_fd_check_ = 1;  // the driver's: rounds until epoll is polled again
-  unsigned fd_check_every_ = 1;  // such rounds poll epoll once per this many
-  std::atomic<int> sleepers_{0};  // threads sleeping on cv_ (incremented under mu_)
+  bool pollers_busy_ = true;          // the driver's: pollers had work on the last round
+  unsigned rounds_to_fd_check_ = 1;   // the driver's: rounds until epoll is polled again
+  unsigned fd_check_every_ = 1;       // such rounds poll epoll once per this many
+  std::atomic<int> sleepers_{0};      // threads sleeping on cv_ (incremented under mu_)
 
   base::ProgressEngine engine_;
   std::unique_ptr<transport::Transport> self_;

@@ -32,9 +32,9 @@ namespace anview::transport {
 // What a peer published at bootstrap.
 struct PeerInfo {
   int rank = -1;
-  std::string host_id;                    // same host id: same machine
-  int pid = 0;                            // its process id (watched when on the same host)
-  std::vector<std::string> tcp_addresses; // "ip:port", in the peer's preference order
+  std::string host_id;                     // same host id: same machine
+  int pid = 0;                             // its process id (watched when on the same host)
+  std::vector<std::string> tcp_addresses;  // "ip:port", in the peer's preference order
   // What other transports need to reach the peer, by transport name (the shm segment, ...);
   // opaque to everyone but that transport, which checks it before use.
   std::map<std::string, std::string> endpoints;

@@ -10,8 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -135,7 +135,8 @@ std::vector<std::string> dev_shm_entries() {
 // anview-run -n N anview_p2p_check kill: rank N-1 SIGKILLs itself after a barrier; ranks
 // 0 .. N-2 must each see peer_lost for it within 3 s, fail later operations with it fast and
 // still exchange messages among themselves (anview_p2p_check checks that and writes a result
-// file per survivor). `env` is added to the ranks' environment, `extra` to anview_p2p_check's arguments.
+// file per survivor). `env` is added to the ranks' environment, `extra` to anview_p2p_check's
+// arguments.
 void kill_one_rank(int n, const std::vector<std::string>& env = {},
                    const std::vector<std::string>& extra = {},
                    const std::string& scenario = "kill") {
@@ -143,9 +144,9 @@ void kill_one_rank(int n, const std::vector<std::string>& env = {},
   const int victim = n - 1;
   const auto shm_before = dev_shm_entries();
   // --grace 10: survivors must end on their own, well inside it (checked below: no SIGTERM).
-  std::vector<std::string> args = {ANVIEW_RUN_PATH, "-n", std::to_string(n), "--timeout", "60",
-                                   "--grace", "10", ANVIEW_P2P_CHECK_PATH, scenario,
-                                   "--result-dir", dir.path().string()};
+  std::vector<std::string> args = {
+      ANVIEW_RUN_PATH,       "-n",     std::to_string(n), "--timeout",        "60", "--grace", "10",
+      ANVIEW_P2P_CHECK_PATH, scenario, "--result-dir",    dir.path().string()};
   args.insert(args.end(), extra.begin(), extra.end());
   const RunResult r = run(args, env, dir.path(), std::chrono::seconds(80));
   const std::string context = "anview-run exit code " + std::to_string(r.exit_code) + " after " +
@@ -188,19 +189,35 @@ void kill_one_rank(int n, const std::vector<std::string>& env = {},
 
 const std::vector<std::string> tcp_only = {"ANVIEW_TRANSPORTS=tcp"};
 
-TEST(MultiprocKill, TwoRanks) { kill_one_rank(2); }
-TEST(MultiprocKill, FourRanks) { kill_one_rank(4); }
-TEST(MultiprocKill, TcpTwoRanks) { kill_one_rank(2, tcp_only); }
-TEST(MultiprocKill, TcpFourRanks) { kill_one_rank(4, tcp_only); }
+TEST(MultiprocKill, TwoRanks) {
+  kill_one_rank(2);
+}
+TEST(MultiprocKill, FourRanks) {
+  kill_one_rank(4);
+}
+TEST(MultiprocKill, TcpTwoRanks) {
+  kill_one_rank(2, tcp_only);
+}
+TEST(MultiprocKill, TcpFourRanks) {
+  kill_one_rank(4, tcp_only);
+}
 // Over shm with cross-memory attach denied: large messages are in the ring in fragments.
-TEST(MultiprocKill, NoCmaTwoRanks) { kill_one_rank(2, {}, {"--deny-cma"}); }
+TEST(MultiprocKill, NoCmaTwoRanks) {
+  kill_one_rank(2, {}, {"--deny-cma"});
+}
 // Two emulated hosts: the victim is reached over shm by one survivor, over tcp by the others.
-TEST(MultiprocKill, MixedFourRanks) { kill_one_rank(4, {}, {"--hosts", "2"}); }
+TEST(MultiprocKill, MixedFourRanks) {
+  kill_one_rank(4, {}, {"--hosts", "2"});
+}
 
 // A rank dies in the middle of a loop of allreduces: every survivor fails with peer_lost naming
 // it within seconds, also those that were waiting for a live neighbour (the ring).
-TEST(MultiprocKill, DuringAllreduceFourRanks) { kill_one_rank(4, {}, {}, "coll_kill"); }
-TEST(MultiprocKill, DuringAllreduceFourRanksTcp) { kill_one_rank(4, tcp_only, {}, "coll_kill"); }
+TEST(MultiprocKill, DuringAllreduceFourRanks) {
+  kill_one_rank(4, {}, {}, "coll_kill");
+}
+TEST(MultiprocKill, DuringAllreduceFourRanksTcp) {
+  kill_one_rank(4, tcp_only, {}, "coll_kill");
+}
 
 // The victim dies while the survivors' reading from it is paused (unexpected-message budget
 // full). Over shm the ring holds what the budget does not (512 KiB), so the preload is sized
@@ -217,8 +234,9 @@ TEST(MultiprocKill, TcpWhileReadingIsPaused) {
 // kernel still holds data for it, so no end of stream can arrive until it is read. The
 // survivor learns of the death from the peer's pidfd and drains the stream.
 TEST(MultiprocKill, TcpWhileTheOnlyStreamIsPaused) {
-  kill_one_rank(2, {"ANVIEW_TRANSPORTS=tcp", "ANVIEW_TCP_STREAMS=1", "ANVIEW_UNEXPECTED_BYTES=64K",
-                    "ANVIEW_TIMEOUT=5"},
+  kill_one_rank(2,
+                {"ANVIEW_TRANSPORTS=tcp", "ANVIEW_TCP_STREAMS=1", "ANVIEW_UNEXPECTED_BYTES=64K",
+                 "ANVIEW_TIMEOUT=5"},
                 {"--preload", "1048576"});
 }
 

@@ -32,14 +32,14 @@
 // rank waiting at a barrier still serves its peers.
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -153,7 +153,9 @@ class Pattern {
     for (; i < bytes_.size(); ++i) bytes_[i] = static_cast<unsigned char>(splitmix(state++));
   }
   std::size_t max_message() const { return bytes_.size() - window; }
-  const unsigned char* at(std::uint64_t key) const { return bytes_.data() + splitmix(key) % window; }
+  const unsigned char* at(std::uint64_t key) const {
+    return bytes_.data() + splitmix(key) % window;
+  }
   // Where `data` first differs from the content of message `key`, or -1 when it matches.
   long long mismatch(const void* data, std::size_t n, std::uint64_t key) const {
     const unsigned char* want = at(key);
@@ -177,7 +179,9 @@ struct Buffer {
       : data(n ? std::make_unique_for_overwrite<unsigned char[]>(n) : nullptr), capacity(n) {}
 };
 
-std::string describe(const Error& e) { return cat("[", anview::to_string(e.kind()), "] ", e.what()); }
+std::string describe(const Error& e) {
+  return cat("[", anview::to_string(e.kind()), "] ", e.what());
+}
 
 // Runs f and returns the anview::Error it raised, or nothing when it returned normally.
 template <typename F>
@@ -276,8 +280,8 @@ class Job {
   // Waits until `participants` ranks have arrived, driving progress meanwhile. Barriers are
   // numbered in call order; one that only some ranks take part in needs a `name` instead.
   void barrier(int participants, const std::string& name = {}) {
-    const std::string key =
-        cat("check/", options_.scenario, "/barrier/", name.empty() ? std::to_string(barriers_++) : name);
+    const std::string key = cat("check/", options_.scenario, "/barrier/",
+                                name.empty() ? std::to_string(barriers_++) : name);
     if (store_.add(key, 1) == participants) store_.set(key + "/done", "1");
     wait_key(key + "/done");
   }
@@ -339,12 +343,31 @@ std::vector<std::size_t> stress_sizes(std::uint64_t seed, int sender, int receiv
   if (sender == receiver) return {0, 1, 3, eager_limit, eager_limit + 1, MiB + 3};
   // Around every boundary: empty, tiny, odd, the eager threshold (64 KiB is still eager,
   // 64 KiB + 1 is the smallest rendezvous), the 1 MiB rendezvous chunk, multiple chunks.
-  std::vector<std::size_t> sizes = {0,       1,         2,         3,         7,
-                                    8,       15,        31,        33,        63,
-                                    64,      127,       1000,      1023,      4095,
-                                    4097,    65535,     eager_limit, eager_limit + 1,
-                                    eager_limit + 2,    128 * KiB + 1,        MiB - 1,
-                                    MiB,     MiB + 1,   3 * MiB + 5};
+  std::vector<std::size_t> sizes = {0,
+                                    1,
+                                    2,
+                                    3,
+                                    7,
+                                    8,
+                                    15,
+                                    31,
+                                    33,
+                                    63,
+                                    64,
+                                    127,
+                                    1000,
+                                    1023,
+                                    4095,
+                                    4097,
+                                    65535,
+                                    eager_limit,
+                                    eager_limit + 1,
+                                    eager_limit + 2,
+                                    128 * KiB + 1,
+                                    MiB - 1,
+                                    MiB,
+                                    MiB + 1,
+                                    3 * MiB + 5};
   // Random sizes, log-uniform over 1 B .. 64 MiB, with the random part of each pair's volume
   // capped (a draw that does not fit the rest of the budget is drawn again).
   std::mt19937_64 rng(message_key(seed, sender, receiver, 0xA11));
@@ -399,8 +422,8 @@ std::string stress(Job& job) {
     const int dst = (me + k) % n;
     const auto sizes = stress_sizes(job.seed(), me, dst, n);
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      sends.push_back(job.comm().isend(pattern.at(message_key(job.seed(), me, dst, i)), sizes[i],
-                                       dst, Tag{i}));
+      sends.push_back(
+          job.comm().isend(pattern.at(message_key(job.seed(), me, dst, i)), sizes[i], dst, Tag{i}));
       sent_bytes += sizes[i];
     }
   }
@@ -410,7 +433,8 @@ std::string stress(Job& job) {
 
   std::uint64_t received_bytes = 0;
   for (auto& r : recvs) {
-    const std::string what = cat("message ", r.index, " (", r.bytes, " bytes) from rank ", r.source);
+    const std::string what =
+        cat("message ", r.index, " (", r.bytes, " bytes) from rank ", r.source);
     const Status st = wait_for(r.req, what);
     check_received(pattern, st, r.buf, r.source, Tag{r.index}, r.bytes,
                    message_key(job.seed(), r.source, me, r.index), what);
@@ -500,7 +524,8 @@ std::size_t wildcard_phase(Job& job, const Pattern& pattern, int phase, WildKind
     for (std::size_t round = 0; posted.size() < total; ++round)
       for (int t = 0; t < wild_tags; ++t)
         if (round < per_tag[static_cast<std::size_t>(t)])
-          posted.push_back({anview::any_source, Tag{static_cast<std::uint64_t>(t)}, Buffer(wild_max), {}});
+          posted.push_back(
+              {anview::any_source, Tag{static_cast<std::uint64_t>(t)}, Buffer(wild_max), {}});
   } else {
     for (std::size_t i = 0; i < wild_count; ++i)
       for (int s = 0; s < n; ++s)
@@ -522,9 +547,11 @@ std::size_t wildcard_phase(Job& job, const Pattern& pattern, int phase, WildKind
     for (std::size_t i = 0; i < msgs.size(); ++i) {
       const auto& m = msgs[i];
       std::vector<unsigned char> p(m.bytes);
-      const WildHeader h{static_cast<std::uint32_t>(me), m.tag, m.seq, static_cast<std::uint32_t>(i)};
+      const WildHeader h{static_cast<std::uint32_t>(me), m.tag, m.seq,
+                         static_cast<std::uint32_t>(i)};
       std::memcpy(p.data(), &h, sizeof h);
-      std::memcpy(p.data() + sizeof h, pattern.at(message_key(seed, me, dst, i)), m.bytes - sizeof h);
+      std::memcpy(p.data() + sizeof h, pattern.at(message_key(seed, me, dst, i)),
+                  m.bytes - sizeof h);
       payloads.push_back(std::move(p));
     }
   }
@@ -532,8 +559,8 @@ std::size_t wildcard_phase(Job& job, const Pattern& pattern, int phase, WildKind
   for (int k = 1; k < n; ++k) {
     const int dst = (me + k) % n;
     for (const auto& m : wild_messages(seed, phase, me, dst)) {
-      sends.push_back(job.comm().isend(payloads[payload].data(), payloads[payload].size(), dst,
-                                       Tag{m.tag}));
+      sends.push_back(
+          job.comm().isend(payloads[payload].data(), payloads[payload].size(), dst, Tag{m.tag}));
       ++payload;
     }
   }
@@ -563,8 +590,8 @@ std::size_t wildcard_phase(Job& job, const Pattern& pattern, int phase, WildKind
     if (p.source != anview::any_source)
       require(st.source == p.source, what, ": matched rank ", st.source, ", posted for ", p.source);
     if (p.tag != anview::any_tag)
-      require(st.tag == p.tag, what, ": matched tag ", anview::to_underlying(st.tag), ", posted for ",
-              anview::to_underlying(p.tag));
+      require(st.tag == p.tag, what, ": matched tag ", anview::to_underlying(st.tag),
+              ", posted for ", anview::to_underlying(p.tag));
     auto& want_seq = next_seq[{st.source, h.tag}];
     require(h.seq == want_seq, what, ": from rank ", st.source, " tag ", h.tag, " got seq ", h.seq,
             ", expected ", want_seq, " (messages overtook each other)");
@@ -601,9 +628,10 @@ std::string wildcards(Job& job) {
   job.comm().send(nullptr, 0, (me + 1) % n, Tag{100 + static_cast<std::uint64_t>(me)});
   const Status st = r.wait();
   const int from = (me + n - 1) % n;
-  require(st.source == from && st.tag == Tag{100 + static_cast<std::uint64_t>(from)} && st.bytes == 0,
-          "empty wildcard receive: source ", st.source, " tag ", anview::to_underlying(st.tag),
-          " bytes ", st.bytes, ", expected ", from, "/", 100 + from, "/0");
+  require(
+      st.source == from && st.tag == Tag{100 + static_cast<std::uint64_t>(from)} && st.bytes == 0,
+      "empty wildcard receive: source ", st.source, " tag ", anview::to_underlying(st.tag),
+      " bytes ", st.bytes, ", expected ", from, "/", 100 + from, "/0");
   const double secs = seconds_since(start);
   job.leave(n);
   return cat(received, " wildcard receives on rank 0 in 3 phases (any/any, any_source, any_tag), ",
@@ -618,9 +646,9 @@ constexpr std::size_t ordering_count = 5000;
 
 std::size_t ordering_size(std::uint64_t seed, int sender, std::size_t i) {
   std::mt19937_64 rng(message_key(seed, sender, 0, 0x0D0 + i));
-  if (i % 500 == 0) return eager_limit;       // the largest eager message
-  if (i % 500 == 1) return eager_limit + 1;   // the smallest rendezvous message
-  if (rng() % 10 == 0) return eager_limit + 1 + rng() % (64 * KiB);  // rendezvous
+  if (i % 500 == 0) return eager_limit;      // the largest eager message
+  if (i % 500 == 1) return eager_limit + 1;  // the smallest rendezvous message
+  if (rng() % 10 == 0) return eager_limit + 1 + rng() % (64 * KiB);    // rendezvous
   return log_uniform(rng, 1, eager_limit) - (rng() % 4 == 0 ? 1 : 0);  // eager, 0 included
 }
 
@@ -662,7 +690,8 @@ std::string ordering(Job& job) {
   for (std::size_t i = 0; i < ordering_count; ++i) {
     const std::size_t bytes = ordering_size(job.seed(), me, i);
     rendezvous += bytes > eager_limit;
-    sends.push_back(job.comm().isend(pattern.at(message_key(job.seed(), me, next, i)), bytes, next, tag));
+    sends.push_back(
+        job.comm().isend(pattern.at(message_key(job.seed(), me, next, i)), bytes, next, tag));
   }
   for (std::size_t i = 0; i < ordering_count; ++i) {
     Recv& r = recvs[i];
@@ -690,7 +719,7 @@ constexpr std::size_t outstanding_count = 10000;
 
 std::size_t outstanding_size(std::uint64_t seed, int sender, int receiver, std::size_t i) {
   if (i % 1000 == 999) return eager_limit + 1 + (i / 1000) * 4099;  // a few rendezvous
-  return splitmix(message_key(seed, sender, receiver, i)) % 2049;      // 0 .. 2 KiB
+  return splitmix(message_key(seed, sender, receiver, i)) % 2049;   // 0 .. 2 KiB
 }
 
 // Every rank posts outstanding_count receives from every other rank, then (after a barrier)
@@ -759,8 +788,8 @@ std::string outstanding(Job& job) {
       require(st.source == p && st.tag == tag_of(i) && st.bytes == bytes, what, ": status ",
               st.source, "/", anview::to_underlying(st.tag), "/", st.bytes, ", expected ", p, "/",
               anview::to_underlying(tag_of(i)), "/", bytes);
-      const long long bad = pattern.mismatch(a.buf.data.get() + a.offset[i], bytes,
-                                             message_key(seed, p, me, i));
+      const long long bad =
+          pattern.mismatch(a.buf.data.get() + a.offset[i], bytes, message_key(seed, p, me, i));
       require(bad < 0, what, ": content differs at byte ", bad);
     }
   }
@@ -787,7 +816,8 @@ void check_timeout_error(const std::optional<Error>& e, int rank, int peer, std:
           e->context().tag ? std::to_string(*e->context().tag) : "none", ", expected ", tag);
   const std::string text = e->what();
   for (const std::string& part : {cat("rank ", rank), std::string("recv"), std::to_string(tag)})
-    require(text.find(part) != std::string::npos, what, ": what() does not name '", part, "': ", text);
+    require(text.find(part) != std::string::npos, what, ": what() does not name '", part,
+            "': ", text);
   if (peer >= 0)
     require(text.find(cat("peer ", peer)) != std::string::npos, what,
             ": what() does not name the peer: ", text);
@@ -872,8 +902,8 @@ void check_lost(const std::optional<Error>& e, int rank, int victim, const std::
                 const std::string& what) {
   require(e.has_value(), what, ": succeeded although rank ", victim, " is dead");
   require(e->kind() == ErrorKind::peer_lost, what, ": expected peer_lost, got ", describe(*e));
-  require(e->peer() == victim, what, ": error names peer ", e->peer(), ", expected ", victim,
-          ": ", e->what());
+  require(e->peer() == victim, what, ": error names peer ", e->peer(), ", expected ", victim, ": ",
+          e->what());
   require(e->rank() == rank, what, ": error names rank ", e->rank(), ": ", e->what());
   require(e->operation() == operation, what, ": error names operation '", e->operation(),
           "', expected '", operation, "'");
@@ -955,7 +985,8 @@ std::string kill_rank(Job& job) {
     const Status said =
         wait_for(words_req, "the killed rank's last eager message, received after its death");
     require(said.source == victim && std::string(words.data(), said.bytes) == last_words,
-            "the killed rank's last words arrived as '", std::string(words.data(), said.bytes), "'");
+            "the killed rank's last words arrived as '", std::string(words.data(), said.bytes),
+            "'");
   } else if (auto lost = error_of([&] { words_req.wait(); })) {
     // Behind the unread preload, the last words may be lost with the link.
     check_lost(lost, me, victim, "recv", "receive of the last words behind the preload");
@@ -1010,8 +1041,9 @@ std::string kill_rank(Job& job) {
   job.leave(survivors);
   return cat("peer_lost for rank ", victim, " after ", detected, " s; later operations failed in ",
              fast, " s",
-             preload_count ? cat("; ", preloaded, " of ", preload_count, " preloaded messages received")
-                           : "",
+             preload_count
+                 ? cat("; ", preloaded, " of ", preload_count, " preloaded messages received")
+                 : "",
              survivors >= 2 ? cat("; ", survivors, " survivors exchanged messages") : "");
 }
 
@@ -1065,8 +1097,8 @@ std::string stop(Job& job) {
   auto e = error_of([&] { from_victim.wait(limit); });
   const double waited = seconds_since(t0);
   require(e.has_value(), "the receive from the stopped rank completed");
-  require(e->kind() == ErrorKind::timeout, "receive from the stopped rank: expected a timeout, got ",
-          describe(*e));
+  require(e->kind() == ErrorKind::timeout,
+          "receive from the stopped rank: expected a timeout, got ", describe(*e));
   require(e->peer() == victim && e->operation() == "recv" && e->context().tag == 40u,
           "the timeout does not name peer ", victim, ", recv, tag 40: ", e->what());
   require(waited >= 0.5 && waited < 1.0, "the timeout came after ", waited,
@@ -1102,7 +1134,8 @@ namespace sp = anview::bootstrap::store_protocol;
 static_assert(offsetof(hs::Handshake, magic) == 0 && offsetof(hs::Handshake, version) == 4 &&
               offsetof(hs::Handshake, kind) == 6 && offsetof(hs::Handshake, job_id) == 8 &&
               offsetof(hs::Handshake, rank) == 16 && offsetof(hs::Handshake, world_size) == 20 &&
-              offsetof(hs::Handshake, stream) == 24 && offsetof(hs::Handshake, stream_count) == 26 &&
+              offsetof(hs::Handshake, stream) == 24 &&
+              offsetof(hs::Handshake, stream_count) == 26 &&
               offsetof(hs::Handshake, reason) == 28 && sizeof(hs::Handshake) == 32);
 static_assert(hs::handshake_magic == 0x57564E41 && hs::protocol_version == 1);
 static_assert(sp::magic == 0x54535641 && sp::version == 1 && sp::request_header_bytes == 16 &&
@@ -1272,12 +1305,13 @@ void expect_reject(const RawConn::Outcome& o, hs::RejectReason reason, const std
   require(h.magic == hs::handshake_magic, what, ": reply magic ", h.magic);
   require(h.kind == static_cast<std::uint16_t>(hs::HandshakeKind::reject), what, ": reply kind ",
           h.kind, ", expected 3 (reject)");
-  require(h.reason == static_cast<std::uint32_t>(reason), what, ": reject reason ", h.reason,
-          " (", hs::to_string(static_cast<hs::RejectReason>(h.reason)), "), expected ",
+  require(h.reason == static_cast<std::uint32_t>(reason), what, ": reject reason ", h.reason, " (",
+          hs::to_string(static_cast<hs::RejectReason>(h.reason)), "), expected ",
           static_cast<std::uint32_t>(reason), " (", hs::to_string(reason), ")");
   require(h.version == hs::protocol_version, what, ": reply version field ", h.version,
           ", expected ", hs::protocol_version);
-  if (job_id) require(h.job_id == *job_id, what, ": reply job id ", h.job_id, ", expected ", *job_id);
+  if (job_id)
+    require(h.job_id == *job_id, what, ": reply job id ", h.job_id, ", expected ", *job_id);
   if (rank >= 0) require(h.rank == static_cast<std::uint32_t>(rank), what, ": reply rank ", h.rank);
   if (world_size >= 0)
     require(h.world_size == static_cast<std::uint32_t>(world_size), what, ": reply world size ",
@@ -1318,7 +1352,9 @@ std::vector<Target> all_targets(Job& job) {
   return targets;
 }
 
-std::uint64_t job_id(Job& job) { return std::stoull(job.store().get_string("anview/job_id")); }
+std::uint64_t job_id(Job& job) {
+  return std::stoull(job.store().get_string("anview/job_id"));
+}
 
 int stream_count() {
   const char* v = std::getenv("ANVIEW_TCP_STREAMS");
@@ -1401,128 +1437,155 @@ std::string garbage(Job& job) {
   int round = 0;
   std::string done;
 
-  attack_round(job, pattern, round, "random bytes", [&](const Target&, RawConn& c, const std::string& what) {
-    Bytes b(300);
-    for (auto& x : b) x = static_cast<std::uint8_t>(rng());
-    b[0] = 0xFF;  // never the first byte of either magic
-    c.send(b);
-    expect_dropped(c.read_until_close(drop_limit, pump), what);
-  }, targets, done);
+  attack_round(
+      job, pattern, round, "random bytes",
+      [&](const Target&, RawConn& c, const std::string& what) {
+        Bytes b(300);
+        for (auto& x : b) x = static_cast<std::uint8_t>(rng());
+        b[0] = 0xFF;  // never the first byte of either magic
+        c.send(b);
+        expect_dropped(c.read_until_close(drop_limit, pump), what);
+      },
+      targets, done);
 
-  attack_round(job, pattern, round, "wrong magic", [&](const Target& t, RawConn& c, const std::string& what) {
-    Bytes b;
-    if (t.rank < 0) {
-      b = store_header(0x12345678, sp::version, 1, 0, 1, 10);
-      b.resize(26, 0);
-    } else {
-      Hello h;
-      h.magic = 0x12345678;
-      h.world_size = static_cast<std::uint32_t>(n);
-      b = h.encode();
-    }
-    c.send(b);
-    expect_dropped(c.read_until_close(drop_limit, pump), what);
-  }, targets, done);
+  attack_round(
+      job, pattern, round, "wrong magic",
+      [&](const Target& t, RawConn& c, const std::string& what) {
+        Bytes b;
+        if (t.rank < 0) {
+          b = store_header(0x12345678, sp::version, 1, 0, 1, 10);
+          b.resize(26, 0);
+        } else {
+          Hello h;
+          h.magic = 0x12345678;
+          h.world_size = static_cast<std::uint32_t>(n);
+          b = h.encode();
+        }
+        c.send(b);
+        expect_dropped(c.read_until_close(drop_limit, pump), what);
+      },
+      targets, done);
 
-  attack_round(job, pattern, round, "oversized header", [&](const Target& t, RawConn& c, const std::string& what) {
-    if (t.rank < 0) {
-      // A set announcing a 4 GiB body: refused from the header alone, nothing allocated.
-      c.send(store_header(sp::magic, sp::version, 1, 0, 1, 0xFFFFFFFFu));
-      expect_store_error(c.read_until_close(drop_limit, pump), sp::Status::bad_request, what);
-      // And one byte over the largest valid set (one 4 KiB key and a 64 MiB value).
-      RawConn c2(t.address, what + " (just over the limit)");
-      c2.send(store_header(sp::magic, sp::version, 1, 0, 1, 4 + 4096 + (64u << 20) + 1));
-      expect_store_error(c2.read_until_close(drop_limit, pump), sp::Status::bad_request,
-                         what + " (just over the limit)");
-      // A wait on more keys than allowed.
-      RawConn c3(t.address, what + " (too many keys)");
-      c3.send(store_header(sp::magic, sp::version, 5, 0, 5000, 5000 * 5));
-      expect_store_error(c3.read_until_close(drop_limit, pump), sp::Status::bad_request,
-                         what + " (too many keys)");
-    } else {
-      // A frame header announcing 4 GiB where the hello belongs: data frames are only read
-      // after a handshake, so this is foreign bytes and must be dropped unanswered.
-      anview::transport::FrameHeader f;
-      f.type = 1;
-      f.payload_bytes = 0xFFFFFFFFu;
-      Bytes b(sizeof f);
-      std::memcpy(b.data(), &f, sizeof f);
-      c.send(b);
-      expect_dropped(c.read_until_close(drop_limit, pump), what);
-    }
-  }, targets, done);
+  attack_round(
+      job, pattern, round, "oversized header",
+      [&](const Target& t, RawConn& c, const std::string& what) {
+        if (t.rank < 0) {
+          // A set announcing a 4 GiB body: refused from the header alone, nothing allocated.
+          c.send(store_header(sp::magic, sp::version, 1, 0, 1, 0xFFFFFFFFu));
+          expect_store_error(c.read_until_close(drop_limit, pump), sp::Status::bad_request, what);
+          // And one byte over the largest valid set (one 4 KiB key and a 64 MiB value).
+          RawConn c2(t.address, what + " (just over the limit)");
+          c2.send(store_header(sp::magic, sp::version, 1, 0, 1, 4 + 4096 + (64u << 20) + 1));
+          expect_store_error(c2.read_until_close(drop_limit, pump), sp::Status::bad_request,
+                             what + " (just over the limit)");
+          // A wait on more keys than allowed.
+          RawConn c3(t.address, what + " (too many keys)");
+          c3.send(store_header(sp::magic, sp::version, 5, 0, 5000, 5000 * 5));
+          expect_store_error(c3.read_until_close(drop_limit, pump), sp::Status::bad_request,
+                             what + " (too many keys)");
+        } else {
+          // A frame header announcing 4 GiB where the hello belongs: data frames are only read
+          // after a handshake, so this is foreign bytes and must be dropped unanswered.
+          anview::transport::FrameHeader f;
+          f.type = 1;
+          f.payload_bytes = 0xFFFFFFFFu;
+          Bytes b(sizeof f);
+          std::memcpy(b.data(), &f, sizeof f);
+          c.send(b);
+          expect_dropped(c.read_until_close(drop_limit, pump), what);
+        }
+      },
+      targets, done);
 
-  attack_round(job, pattern, round, "truncated handshake", [&](const Target& t, RawConn& c, const std::string&) {
-    if (t.rank < 0) {
-      Bytes b = store_header(sp::magic, sp::version, 2, 0, 1, 9);
-      b.resize(10);  // header cut short
-      c.send(b);
-      c.close();
-      RawConn c2(t.address, "truncated body");
-      b = store_header(sp::magic, sp::version, 2, 0, 1, 9);
-      b.insert(b.end(), {5, 0, 0, 0, 'a'});  // 5 of 9 body bytes
-      c2.send(b);
-    } else {
-      Hello h;
-      h.job_id = job_id(job);
-      h.world_size = static_cast<std::uint32_t>(n);
-      Bytes b = h.encode();
-      b.resize(16);
-      c.send(b);
-    }
-    // Closed by us; the peer must just forget the connection. The same once more, ended with
-    // a reset instead of a FIN.
-    RawConn c3(t.address, "truncated, then reset");
-    c3.send(Bytes{0x41, 0x56, 0x53, 0x54, 1, 0, 2});
-    c3.reset();
-  }, targets, done);
+  attack_round(
+      job, pattern, round, "truncated handshake",
+      [&](const Target& t, RawConn& c, const std::string&) {
+        if (t.rank < 0) {
+          Bytes b = store_header(sp::magic, sp::version, 2, 0, 1, 9);
+          b.resize(10);  // header cut short
+          c.send(b);
+          c.close();
+          RawConn c2(t.address, "truncated body");
+          b = store_header(sp::magic, sp::version, 2, 0, 1, 9);
+          b.insert(b.end(), {5, 0, 0, 0, 'a'});  // 5 of 9 body bytes
+          c2.send(b);
+        } else {
+          Hello h;
+          h.job_id = job_id(job);
+          h.world_size = static_cast<std::uint32_t>(n);
+          Bytes b = h.encode();
+          b.resize(16);
+          c.send(b);
+        }
+        // Closed by us; the peer must just forget the connection. The same once more, ended with
+        // a reset instead of a FIN.
+        RawConn c3(t.address, "truncated, then reset");
+        c3.send(Bytes{0x41, 0x56, 0x53, 0x54, 1, 0, 2});
+        c3.reset();
+      },
+      targets, done);
 
-  attack_round(job, pattern, round, "connection flood", [&](const Target& t, RawConn&, const std::string&) {
-    // 100 connections that say nothing stay open through the next traffic round (closed when
-    // the next attack begins).
-    for (int i = 0; i < 100; ++i) idle.push_back(std::make_unique<RawConn>(t.address, t.name()));
-  }, targets, done);
+  attack_round(
+      job, pattern, round, "connection flood",
+      [&](const Target& t, RawConn&, const std::string&) {
+        // 100 connections that say nothing stay open through the next traffic round (closed when
+        // the next attack begins).
+        for (int i = 0; i < 100; ++i)
+          idle.push_back(std::make_unique<RawConn>(t.address, t.name()));
+      },
+      targets, done);
 
   idle.clear();
-  attack_round(job, pattern, round, "version 99", [&](const Target& t, RawConn& c, const std::string& what) {
-    if (t.rank < 0) {
-      Bytes b = store_header(sp::magic, 99, 2, 0, 1, 5);
-      b.insert(b.end(), {1, 0, 0, 0, 'k'});
-      c.send(b);
-      expect_store_error(c.read_until_close(drop_limit, pump), sp::Status::version_mismatch, what);
-    } else {
-      Hello h;
-      h.version = 99;
-      h.job_id = job_id(job);
-      h.world_size = static_cast<std::uint32_t>(n);
-      h.stream_count = static_cast<std::uint16_t>(stream_count());
-      c.send(h.encode());
-      expect_reject(c.read_until_close(drop_limit, pump), hs::RejectReason::version, what);
-    }
-  }, targets, done);
+  attack_round(
+      job, pattern, round, "version 99",
+      [&](const Target& t, RawConn& c, const std::string& what) {
+        if (t.rank < 0) {
+          Bytes b = store_header(sp::magic, 99, 2, 0, 1, 5);
+          b.insert(b.end(), {1, 0, 0, 0, 'k'});
+          c.send(b);
+          expect_store_error(c.read_until_close(drop_limit, pump), sp::Status::version_mismatch,
+                             what);
+        } else {
+          Hello h;
+          h.version = 99;
+          h.job_id = job_id(job);
+          h.world_size = static_cast<std::uint32_t>(n);
+          h.stream_count = static_cast<std::uint16_t>(stream_count());
+          c.send(h.encode());
+          expect_reject(c.read_until_close(drop_limit, pump), hs::RejectReason::version, what);
+        }
+      },
+      targets, done);
 
-  attack_round(job, pattern, round, "HTTP request", [&](const Target&, RawConn& c, const std::string& what) {
-    const std::string http =
-        "GET / HTTP/1.1\r\nHost: localhost\r\nUser-Agent: p2p_check\r\nConnection: close\r\n\r\n";
-    c.send(Bytes(http.begin(), http.end()));
-    expect_dropped(c.read_until_close(drop_limit, pump), what);
-  }, targets, done);
+  attack_round(
+      job, pattern, round, "HTTP request",
+      [&](const Target&, RawConn& c, const std::string& what) {
+        const std::string http =
+            "GET / HTTP/1.1\r\nHost: localhost\r\nUser-Agent: p2p_check\r\nConnection: "
+            "close\r\n\r\n";
+        c.send(Bytes(http.begin(), http.end()));
+        expect_dropped(c.read_until_close(drop_limit, pump), what);
+      },
+      targets, done);
 
-  attack_round(job, pattern, round, "handshake reply instead of hello", [&](const Target& t, RawConn& c, const std::string& what) {
-    if (t.rank < 0) {
-      // An unknown op on the store.
-      c.send(store_header(sp::magic, sp::version, 9, 0, 1, 5));
-      c.send(Bytes{1, 0, 0, 0, 'k'});
-      expect_store_error(c.read_until_close(drop_limit, pump), sp::Status::bad_request, what);
-    } else {
-      Hello h;
-      h.kind = static_cast<std::uint16_t>(hs::HandshakeKind::ack);
-      h.job_id = job_id(job);
-      h.world_size = static_cast<std::uint32_t>(n);
-      c.send(h.encode());
-      expect_dropped(c.read_until_close(drop_limit, pump), what);
-    }
-  }, targets, done);
+  attack_round(
+      job, pattern, round, "handshake reply instead of hello",
+      [&](const Target& t, RawConn& c, const std::string& what) {
+        if (t.rank < 0) {
+          // An unknown op on the store.
+          c.send(store_header(sp::magic, sp::version, 9, 0, 1, 5));
+          c.send(Bytes{1, 0, 0, 0, 'k'});
+          expect_store_error(c.read_until_close(drop_limit, pump), sp::Status::bad_request, what);
+        } else {
+          Hello h;
+          h.kind = static_cast<std::uint16_t>(hs::HandshakeKind::ack);
+          h.job_id = job_id(job);
+          h.world_size = static_cast<std::uint32_t>(n);
+          c.send(h.encode());
+          expect_dropped(c.read_until_close(drop_limit, pump), what);
+        }
+      },
+      targets, done);
 
   idle.clear();
   job.leave(n);
@@ -1560,49 +1623,72 @@ std::string version(Job& job) {
   }();
 
   using hs::RejectReason;
-  attack_round(job, pattern, round, "foreign job id", [&](const Target& t, RawConn& c, const std::string& what) {
-    Hello h = hello(std::max(t.rank - 1, 0));
-    h.job_id = id + 1;
-    c.send(h.encode());
-    expect_reject(c.read_until_close(drop_limit, pump), RejectReason::job, what, id, t.rank, n);
-  }, data_ports, done);
+  attack_round(
+      job, pattern, round, "foreign job id",
+      [&](const Target& t, RawConn& c, const std::string& what) {
+        Hello h = hello(std::max(t.rank - 1, 0));
+        h.job_id = id + 1;
+        c.send(h.encode());
+        expect_reject(c.read_until_close(drop_limit, pump), RejectReason::job, what, id, t.rank, n);
+      },
+      data_ports, done);
 
-  attack_round(job, pattern, round, "wrong world size", [&](const Target& t, RawConn& c, const std::string& what) {
-    Hello h = hello(std::max(t.rank - 1, 0));
-    h.world_size = static_cast<std::uint32_t>(n + 1);
-    c.send(h.encode());
-    expect_reject(c.read_until_close(drop_limit, pump), RejectReason::world_size, what, id, t.rank, n);
-  }, data_ports, done);
+  attack_round(
+      job, pattern, round, "wrong world size",
+      [&](const Target& t, RawConn& c, const std::string& what) {
+        Hello h = hello(std::max(t.rank - 1, 0));
+        h.world_size = static_cast<std::uint32_t>(n + 1);
+        c.send(h.encode());
+        expect_reject(c.read_until_close(drop_limit, pump), RejectReason::world_size, what, id,
+                      t.rank, n);
+      },
+      data_ports, done);
 
-  attack_round(job, pattern, round, "rank that does not connect here", [&](const Target& t, RawConn& c, const std::string& what) {
-    c.send(hello(t.rank).encode());  // only lower ranks connect to a rank
-    expect_reject(c.read_until_close(drop_limit, pump), RejectReason::rank, what, id, t.rank, n);
-  }, data_ports, done);
+  attack_round(
+      job, pattern, round, "rank that does not connect here",
+      [&](const Target& t, RawConn& c, const std::string& what) {
+        c.send(hello(t.rank).encode());  // only lower ranks connect to a rank
+        expect_reject(c.read_until_close(drop_limit, pump), RejectReason::rank, what, id, t.rank,
+                      n);
+      },
+      data_ports, done);
 
   if (n >= 2) {
     std::vector<Target> above_zero;
     for (const auto& t : data_ports)
       if (t.rank > 0) above_zero.push_back(t);
-    attack_round(job, pattern, round, "wrong stream count", [&](const Target& t, RawConn& c, const std::string& what) {
-      Hello h = hello(t.rank - 1);
-      h.stream_count = static_cast<std::uint16_t>(streams + 1);
-      c.send(h.encode());
-      expect_reject(c.read_until_close(drop_limit, pump), RejectReason::streams, what, id, t.rank, n);
-    }, above_zero, done);
+    attack_round(
+        job, pattern, round, "wrong stream count",
+        [&](const Target& t, RawConn& c, const std::string& what) {
+          Hello h = hello(t.rank - 1);
+          h.stream_count = static_cast<std::uint16_t>(streams + 1);
+          c.send(h.encode());
+          expect_reject(c.read_until_close(drop_limit, pump), RejectReason::streams, what, id,
+                        t.rank, n);
+        },
+        above_zero, done);
     // Impersonating the lower neighbour on a stream it already holds: rejected, and the real
     // link (checked by the traffic round after it) must not be disturbed.
-    attack_round(job, pattern, round, "duplicate stream", [&](const Target& t, RawConn& c, const std::string& what) {
-      c.send(hello(t.rank - 1).encode());
-      expect_reject(c.read_until_close(drop_limit, pump), RejectReason::duplicate, what, id, t.rank, n);
-    }, above_zero, done);
+    attack_round(
+        job, pattern, round, "duplicate stream",
+        [&](const Target& t, RawConn& c, const std::string& what) {
+          c.send(hello(t.rank - 1).encode());
+          expect_reject(c.read_until_close(drop_limit, pump), RejectReason::duplicate, what, id,
+                        t.rank, n);
+        },
+        above_zero, done);
   }
   // The store answers a request of another version with version_mismatch.
-  attack_round(job, pattern, round, "store version 2", [&](const Target&, RawConn& c, const std::string& what) {
-    Bytes b = store_header(sp::magic, sp::version + 1, 4, 0, 1, 5);
-    b.insert(b.end(), {1, 0, 0, 0, 'k'});
-    c.send(b);
-    expect_store_error(c.read_until_close(drop_limit, pump), sp::Status::version_mismatch, what);
-  }, job.rank() == 0 ? std::vector<Target>{targets.front()} : std::vector<Target>{}, done);
+  attack_round(
+      job, pattern, round, "store version 2",
+      [&](const Target&, RawConn& c, const std::string& what) {
+        Bytes b = store_header(sp::magic, sp::version + 1, 4, 0, 1, 5);
+        b.insert(b.end(), {1, 0, 0, 0, 'k'});
+        c.send(b);
+        expect_store_error(c.read_until_close(drop_limit, pump), sp::Status::version_mismatch,
+                           what);
+      },
+      job.rank() == 0 ? std::vector<Target>{targets.front()} : std::vector<Target>{}, done);
 
   job.leave(n);
   return cat(data_ports.size(), " data ports rejected ", done, " with the right reasons; ", round,
@@ -1707,10 +1793,12 @@ std::string idle(Job& job) {
 }
 
 const std::map<std::string, std::string (*)(Job&)> scenarios = {
-    {"stress", stress},       {"wildcards", wildcards}, {"ordering", ordering},
-    {"outstanding", outstanding}, {"timeout", timeout}, {"kill", kill_rank},
-    {"stop", stop},           {"garbage", garbage},     {"version", version},
-    {"idle", idle},           {"coll_kill", coll_kill},
+    {"stress", stress},       {"wildcards", wildcards},
+    {"ordering", ordering},   {"outstanding", outstanding},
+    {"timeout", timeout},     {"kill", kill_rank},
+    {"stop", stop},           {"garbage", garbage},
+    {"version", version},     {"idle", idle},
+    {"coll_kill", coll_kill},
 };
 
 int usage(const std::string& why) {

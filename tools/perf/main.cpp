@@ -33,9 +33,9 @@ struct Options {
   std::string min_size = "8";
   std::string max_size = "16M";
   double factor = 4;
-  long iters = 0;   // 0: automatic from the size
-  long warmup = -1; // -1: automatic
-  int window = 0;   // 0: automatic
+  long iters = 0;    // 0: automatic from the size
+  long warmup = -1;  // -1: automatic
+  int window = 0;    // 0: automatic
   bool check = false;
   bool json = false;
   std::string dtype = "float32";
@@ -57,8 +57,9 @@ constexpr anview::Tag sync_tag{2};
 long auto_iters(std::size_t bytes, const Options& o) {
   if (o.iters > 0) return o.iters;
   const double budget = 2e9;  // bytes moved per size
-  return std::clamp<long>(static_cast<long>(budget / static_cast<double>(std::max<std::size_t>(bytes, 1024))),
-                          20, 20000);
+  return std::clamp<long>(
+      static_cast<long>(budget / static_cast<double>(std::max<std::size_t>(bytes, 1024))), 20,
+      20000);
 }
 
 // The payload pattern of iteration `i`; the receiver checks it with --check.
@@ -69,7 +70,8 @@ void fill(std::vector<unsigned char>& buf, std::size_t bytes, long i) {
 
 bool verify(const std::vector<unsigned char>& buf, std::size_t bytes, long i) {
   for (std::size_t k = 0; k < bytes; ++k)
-    if (buf[k] != static_cast<unsigned char>((k * 131 + static_cast<std::size_t>(i) * 7 + 1) & 0xff))
+    if (buf[k] !=
+        static_cast<unsigned char>((k * 131 + static_cast<std::size_t>(i) * 7 + 1) & 0xff))
       return false;
   return true;
 }
@@ -134,8 +136,9 @@ Result bandwidth(anview::Communicator& comm, std::size_t bytes, const Options& o
   const long warmup = o.warmup >= 0 ? o.warmup : window;
   // Like ucx_perftest tag_bw and osu_bw, every slot of the window uses the same buffer, so
   // the figure is the transport's, not the memory system's; --check needs one per slot.
-  std::vector<std::vector<unsigned char>> bufs(static_cast<std::size_t>(o.check ? window : 1),
-                                               std::vector<unsigned char>(std::max<std::size_t>(bytes, 1)));
+  std::vector<std::vector<unsigned char>> bufs(
+      static_cast<std::size_t>(o.check ? window : 1),
+      std::vector<unsigned char>(std::max<std::size_t>(bytes, 1)));
   auto slot = [&](int w) -> std::vector<unsigned char>& {
     return bufs[o.check ? static_cast<std::size_t>(w) : 0];
   };
@@ -160,15 +163,18 @@ Result bandwidth(anview::Communicator& comm, std::size_t bytes, const Options& o
       for (int w = 0; w < window; ++w)
         if (!verify(slot(w), bytes, first + w)) ++r.wrong;
     char ack = 0;
-    if (comm.rank() == 1) comm.send(&ack, 0, peer, sync_tag);
-    else comm.recv(&ack, 0, peer, sync_tag);
+    if (comm.rank() == 1)
+      comm.send(&ack, 0, peer, sync_tag);
+    else
+      comm.recv(&ack, 0, peer, sync_tag);
   };
   for (long i = 0; i < warmup; i += window) run_window(i);
   const auto t0 = Clock::now();
   for (long i = 0; i < iters; i += window) {
     const auto w0 = Clock::now();
     run_window(i);
-    per_window.push_back(std::chrono::duration<double, std::micro>(Clock::now() - w0).count() / window);
+    per_window.push_back(std::chrono::duration<double, std::micro>(Clock::now() - w0).count() /
+                         window);
   }
   const double total_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   r.avg = total_us / static_cast<double>(iters);
@@ -194,8 +200,9 @@ std::string human(std::size_t bytes) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"anview-perf: point-to-point latency and bandwidth between rank 0 and rank 1"};
-  app.add_option("op", o.op, "pingpong, bw, or a collective: allreduce, broadcast, reduce, "
-                            "allgather, reduce_scatter, alltoall, barrier")
+  app.add_option("op", o.op,
+                 "pingpong, bw, or a collective: allreduce, broadcast, reduce, "
+                 "allgather, reduce_scatter, alltoall, barrier")
       ->required()
       ->check(CLI::IsMember({"pingpong", "bw", "allreduce", "broadcast", "reduce", "allgather",
                              "reduce_scatter", "alltoall", "barrier"}));
@@ -218,9 +225,15 @@ int main(int argc, char** argv) {
     if (o.factor <= 1.0) throw std::runtime_error("-f must be > 1");
     auto comm = anview::Communicator::from_env();
     if (perf::is_collective(o.op)) {
-      perf::CollectiveOptions c{.op = o.op, .min_bytes = min_bytes, .max_bytes = max_bytes,
-                                .factor = o.factor, .iters = o.iters, .warmup = o.warmup,
-                                .root = o.root, .check = o.check, .json = o.json};
+      perf::CollectiveOptions c{.op = o.op,
+                                .min_bytes = min_bytes,
+                                .max_bytes = max_bytes,
+                                .factor = o.factor,
+                                .iters = o.iters,
+                                .warmup = o.warmup,
+                                .root = o.root,
+                                .check = o.check,
+                                .json = o.json};
       bool type_ok = false, op_ok = false;
       for (int t = 0; t <= static_cast<int>(anview::DataType::float64); ++t)
         if (anview::name_of(static_cast<anview::DataType>(t)) == o.dtype)
@@ -233,8 +246,8 @@ int main(int argc, char** argv) {
       return perf::run_collective(comm, c) == 0 ? 0 : 1;
     }
     if (comm.size() < 2) {
-      std::cerr << "anview-perf: needs at least 2 ranks (e.g. anview-run -n 2 anview-perf "
-                << o.op << ")\n";
+      std::cerr << "anview-perf: needs at least 2 ranks (e.g. anview-run -n 2 anview-perf " << o.op
+                << ")\n";
       return 2;
     }
     long total_wrong = 0;
@@ -250,7 +263,8 @@ int main(int argc, char** argv) {
         Result r = o.op == "pingpong" ? pingpong(comm, bytes, o) : bandwidth(comm, bytes, o);
         // The receiver counts bad payloads; rank 0 reports them.
         long wrong = r.wrong;
-        if (comm.rank() == 1) comm.send(&wrong, sizeof wrong, 0, sync_tag);
+        if (comm.rank() == 1)
+          comm.send(&wrong, sizeof wrong, 0, sync_tag);
         else {
           long remote = 0;
           comm.recv(&remote, sizeof remote, 1, sync_tag);
@@ -265,8 +279,8 @@ int main(int argc, char** argv) {
                              {"check", o.check}};
             std::printf("%s\n", j.dump().c_str());
           } else {
-            std::printf("%12s %10ld %12.2f %12.2f %12.2f %10.3f %8ld\n", human(bytes).c_str(), r.iters,
-                        r.p50, r.p99, r.avg, r.gbs, wrong);
+            std::printf("%12s %10ld %12.2f %12.2f %12.2f %10.3f %8ld\n", human(bytes).c_str(),
+                        r.iters, r.p50, r.p99, r.avg, r.gbs, wrong);
           }
           std::fflush(stdout);
         }
