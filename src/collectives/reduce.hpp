@@ -1,10 +1,11 @@
-// Element-wise reduction kernels for every (DataType, ReduceOp) the collectives accept. The
-// loops are simple enough for the compiler to vectorize at -O3; float16 and bfloat16 are
-// widened to float, combined, and rounded back (round to nearest even).
+// Element-wise reductions for every (DataType, ReduceOp) the collectives accept, run by the
+// widest kernel set this CPU supports (reduce_kernels.hpp; ANVIEW_CPU_KERNELS overrides).
+// float16 and bfloat16 are widened to float, combined, and rounded back (to nearest even).
 #pragma once
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "anview/collectives.hpp"
 
@@ -15,7 +16,16 @@ std::string unsupported(DataType type, ReduceOp op);
 
 // acc[i] = acc[i] (op) in[i] for i < count. avg combines like sum; finish_avg divides.
 void reduce_into(void* acc, const void* in, std::size_t count, DataType type, ReduceOp op);
+// out[i] = a[i] (op) b[i]; out may be a, and must not otherwise overlap a or b.
+void reduce_to(void* out, const void* a, const void* b, std::size_t count, DataType type,
+               ReduceOp op);
 void finish_avg(void* data, std::size_t count, DataType type, int ranks);
+
+// The kernel set in use ("avx512", "avx2", "generic"), for anview-info and anview-perf.
+std::string_view reduce_kernels_name();
+struct ReduceKernels;
+// A kernel set by name if this build has it and this CPU runs it, else null (for tests).
+const ReduceKernels* reduce_kernels(std::string_view name);
 
 // Conversions used by the kernels (exposed for tests).
 float half_to_float(std::uint16_t h);

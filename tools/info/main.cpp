@@ -27,6 +27,7 @@
 #include "base/config.hpp"
 #include "bootstrap/interfaces.hpp"
 #include "bootstrap/launch_env.hpp"
+#include "collectives/reduce.hpp"
 #include "transport/registry.hpp"
 
 extern char** environ;
@@ -133,12 +134,17 @@ json build_features() {
 #endif
   auto transports = anview::transport::known_transports();
   transports.push_back("self");
+  std::vector<std::string> kernels;  // reduction kernel sets this CPU runs, widest first
+  for (const char* isa : {"avx512", "avx2", "generic"})
+    if (anview::collectives::reduce_kernels(isa) != nullptr) kernels.push_back(isa);
   return json{{"compiler", compiler},
               {"build_type", ANVIEW_BUILD_TYPE},
               {"cxx_standard", standard + " (" + std::to_string(__cplusplus) + ")"},
               {"sanitizers", sanitizers},
               {"assertions", assertions},
-              {"transports", transports}};
+              {"transports", transports},
+              {"reduce_kernels", std::string(anview::collectives::reduce_kernels_name())},
+              {"reduce_kernels_available", kernels}};
 }
 
 // ---- transports usable here ----
@@ -270,8 +276,12 @@ int print_info(const Options& o) {
   std::printf("  C++ standard    %s\n", build["cxx_standard"].get<std::string>().c_str());
   const auto sanitizers = build["sanitizers"].get<std::vector<std::string>>();
   std::printf("  sanitizers      %s\n", sanitizers.empty() ? "none" : join(sanitizers).c_str());
-  std::printf("  transports      %s\n\n",
+  std::printf("  transports      %s\n",
               join(build["transports"].get<std::vector<std::string>>()).c_str());
+  std::printf("  reduce kernels  %s (this CPU runs: %s; ANVIEW_CPU_KERNELS=%s)\n\n",
+              build["reduce_kernels"].get<std::string>().c_str(),
+              join(build["reduce_kernels_available"].get<std::vector<std::string>>()).c_str(),
+              setting_value("ANVIEW_CPU_KERNELS").c_str());
 
   const auto* selection = find_setting("ANVIEW_TRANSPORTS");
   std::printf("transports on this machine (ANVIEW_TRANSPORTS=%s, %s):\n",

@@ -1,0 +1,6 @@
+// The kernels for x86-64 CPUs with AVX2 and F16C, built with those instructions enabled
+// (CMakeLists.txt) and used only where the CPU has them (reduce.cpp).
+#define ANVIEW_KERNELS_NAME "avx2"
+#define ANVIEW_KERNELS_GETTER avx2_kernels
+#define ANVIEW_KERNELS_X86
+#include "collectives/reduce_kernels.inc"
