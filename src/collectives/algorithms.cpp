@@ -4,111 +4,13 @@
 #include <cstring>
 #include <vector>
 
-#include "base/clock.hpp"
 #include "collectives/reduce.hpp"
+#include "collectives/steps.hpp"
 
 namespace anview::collectives {
 namespace {
 
 using p2p::RequestPtr;
-
-// Failures name the collective call they broke (with the p2p cause, peer and kind).
-[[noreturn]] void rethrow(const Call& call, const Error& e) {
-  throw e.for_operation(call.operation(), std::nullopt);
-}
-
-// How often a waiting step checks whether some rank of the communicator is gone.
-constexpr auto failure_check = std::chrono::milliseconds(200);
-
-// Waits for one step. A collective needs every rank: when any rank's link fails (a rank died,
-// a link broke), the call fails with that cause even if this step waits for another, live
-// rank (which is itself stuck behind the dead one) -- no survivor hangs until its timeout.
-void wait(Call& call, const RequestPtr& request) {
-  const auto deadline = base::Clock::now() + call.timeout;
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - base::Clock::now());
-    try {
-      call.messenger.wait(*request, std::clamp(left, std::chrono::milliseconds(0), failure_check));
-      return;
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::timeout) rethrow(call, e);
-      if (auto failure = call.messenger.first_peer_failure()) {
-        call.messenger.abandon(*request, *failure);
-        rethrow(call, *failure);
-      }
-      if (base::Clock::now() < deadline) continue;
-      const Error timeout(
-          ErrorKind::timeout,
-          {.rank = call.rank,
-           .peer = request->peer,
-           .operation = call.operation(),
-           .cause = "a step was not complete after " + std::to_string(call.timeout.count()) +
-                    " ms: " + call.messenger.describe_request(*request)});
-      call.messenger.abandon(*request, timeout);
-      throw timeout;
-    }
-  }
-}
-
-RequestPtr post_recv(Call& call, void* data, std::size_t bytes, int from) {
-  call.posted.push_back(call.messenger.irecv(data, bytes, from, call.tag, true));
-  return call.posted.back();
-}
-
-RequestPtr post_send(Call& call, const void* data, std::size_t bytes, int to) {
-  call.posted.push_back(call.messenger.isend(data, bytes, to, call.tag, true));
-  return call.posted.back();
-}
-
-void send(Call& call, const void* data, std::size_t bytes, int to) {
-  wait(call, post_send(call, data, bytes, to));
-}
-
-// A message of another size than this rank expects means the ranks disagree about the call.
-void check_size(const Call& call, const RequestPtr& r, std::size_t bytes, int from) {
-  if (r->status.bytes == bytes) return;
-  throw Error(ErrorKind::protocol,
-              {.rank = call.rank,
-               .peer = from,
-               .operation = call.operation(),
-               .cause = "rank " + std::to_string(from) + " sent " +
-                        std::to_string(r->status.bytes) + " bytes where " + std::to_string(bytes) +
-                        " were due: do all ranks call the same collectives in the same order with "
-                        "the same sizes?"});
-}
-
-void recv(Call& call, void* data, std::size_t bytes, int from) {
-  const RequestPtr r = post_recv(call, data, bytes, from);
-  wait(call, r);
-  check_size(call, r, bytes, from);
-}
-
-// Sends to one rank and receives from another at once (both posted before either waits).
-void sendrecv(Call& call, const void* sdata, std::size_t sbytes, int to, void* rdata,
-              std::size_t rbytes, int from) {
-  const RequestPtr r = post_recv(call, rdata, rbytes, from);
-  const RequestPtr s = post_send(call, sdata, sbytes, to);
-  wait(call, s);
-  wait(call, r);
-  check_size(call, r, rbytes, from);
-}
-
-// Segment i of `count` elements cut into `parts` nearly equal pieces.
-struct Segment {
-  std::size_t offset;
-  std::size_t count;
-};
-Segment segment(std::size_t count, int parts, int i) {
-  const std::size_t base = count / static_cast<std::size_t>(parts);
-  const std::size_t extra = count % static_cast<std::size_t>(parts);
-  const auto u = static_cast<std::size_t>(i);
-  return {u * base + std::min(u, extra), base + (u < extra ? 1 : 0)};
-}
-
-int mod(int a, int n) {
-  return ((a % n) + n) % n;
-}
 
 // Sends `scount` elements to `to` while receiving `rcount` from `from` and reducing them into
 // `target`, cut into chunks of `chunk_bytes`: the reduction of one chunk overlaps the transfer

@@ -12,12 +12,17 @@ namespace {
 
 const base::Setting algo_setting(
     "collectives", "ANVIEW_ALGO", "",
-    "Forces algorithms, e.g. allreduce=ring or allreduce=recursive_doubling (default: chosen by "
-    "message size)");
+    "Forces algorithms, e.g. allreduce=ring, allreduce=recursive_doubling or allreduce=direct "
+    "(default: chosen by message size and placement)");
 const base::Setting small_allreduce_setting(
     "collectives", "ANVIEW_ALLREDUCE_SMALL_BYTES", "64K",
     "allreduce up to this size uses recursive doubling (latency-bound); above it the ring "
     "(bandwidth-bound)");
+
+const base::Setting direct_allreduce_setting(
+    "collectives", "ANVIEW_ALLREDUCE_DIRECT_BYTES", "256K",
+    "allreduce from this size reads peers' buffers directly when every rank is on one host and "
+    "cross-memory attach works (reduce-by-segment, no messages per chunk)");
 
 const base::Setting chunk_setting(
     "collectives", "ANVIEW_COLL_CHUNK", "64K",
@@ -39,6 +44,7 @@ Collectives::Collectives(p2p::Messenger& messenger)
     : messenger_(messenger),
       forced_allreduce_(forced("allreduce")),
       small_allreduce_bytes_(static_cast<std::size_t>(small_allreduce_setting.as_int())),
+      direct_allreduce_bytes_(static_cast<std::size_t>(direct_allreduce_setting.as_int())),
       chunk_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(chunk_setting.as_int(), 4096))) {
 }
 
@@ -82,21 +88,55 @@ void Collectives::check_buffer(const Call& call, const void* p, std::size_t byte
   if (p == nullptr && bytes > 0) usage(call, std::string("null ") + which + " buffer");
 }
 
-bool Collectives::allreduce_uses_ring(std::size_t bytes, std::string* why) const {
-  if (forced_allreduce_ == "ring" || forced_allreduce_ == "recursive_doubling") {
-    if (why) *why = "forced by ANVIEW_ALGO";
-    return forced_allreduce_ == "ring";
+bool Collectives::local_direct() const {
+  if (!local_direct_) {
+    peer_memories_.assign(static_cast<std::size_t>(messenger_.size()), nullptr);
+    bool all = messenger_.size() > 1;
+    for (int p = 0; p < messenger_.size(); ++p) {
+      if (p == messenger_.rank()) continue;
+      peer_memories_[static_cast<std::size_t>(p)] = messenger_.peer_memory(p);
+      all = all && peer_memories_[static_cast<std::size_t>(p)] != nullptr;
+    }
+    local_direct_ = all;
   }
-  const bool ring = bytes > small_allreduce_bytes_;
-  if (why) {
-    *why = std::to_string(bytes) + (ring ? " B > ANVIEW_ALLREDUCE_SMALL_BYTES: bandwidth-bound"
-                                         : " B <= ANVIEW_ALLREDUCE_SMALL_BYTES: latency-bound");
+  return *local_direct_;
+}
+
+bool Collectives::agree_direct() {
+  if (!direct_agreed_) {
+    Call call = begin("direct agreement");
+    std::int32_t all = local_direct() ? 1 : 0;
+    run_guarded(
+        call, [&] { allreduce_recursive_doubling(call, &all, 1, DataType::int32, ReduceOp::min); });
+    direct_agreed_ = all == 1;
   }
-  return ring;
+  return *direct_agreed_;
 }
 
 std::string Collectives::allreduce_choice(std::size_t bytes, std::string* why) const {
-  return allreduce_uses_ring(bytes, why) ? "ring" : "recursive_doubling";
+  auto say = [&](std::string text) {
+    if (why) *why = std::move(text);
+  };
+  if (!forced_allreduce_.empty()) {
+    say("forced by ANVIEW_ALGO");
+    return forced_allreduce_;
+  }
+  const std::string size = std::to_string(bytes) + " B";
+  if (bytes >= direct_allreduce_bytes_ && direct_agreed_.value_or(local_direct())) {
+    say(size +
+        " >= ANVIEW_ALLREDUCE_DIRECT_BYTES and every rank can read its peers' memory "
+        "(one host, cross-memory attach)");
+    return "direct";
+  }
+  if (bytes > small_allreduce_bytes_) {
+    say(size + " > ANVIEW_ALLREDUCE_SMALL_BYTES: bandwidth-bound" +
+        (bytes >= direct_allreduce_bytes_ ? "; direct needs every rank on one host with "
+                                            "cross-memory attach"
+                                          : ""));
+    return "ring";
+  }
+  say(size + " <= ANVIEW_ALLREDUCE_SMALL_BYTES: latency-bound");
+  return "recursive_doubling";
 }
 
 std::string Collectives::algorithm(std::string_view collective, std::size_t bytes,
@@ -122,18 +162,32 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
   if (const auto why = unsupported(type, op); !why.empty()) usage(call, why);
   check_buffer(call, send, bytes, "send");
   check_buffer(call, recv, bytes, "receive");
-  if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
   if (!forced_allreduce_.empty() && forced_allreduce_ != "ring" &&
-      forced_allreduce_ != "recursive_doubling")
-    usage(call,
-          "ANVIEW_ALGO names allreduce=" + forced_allreduce_ + "; known: ring, recursive_doubling");
-  if (call.size > 1 && count > 0) {
-    // The ring needs at least one element per rank to be worth its 2(n-1) steps.
-    if (allreduce_uses_ring(bytes, nullptr) && count >= static_cast<std::size_t>(call.size))
-      run_guarded(call, [&] { allreduce_ring(call, recv, count, type, op); });
-    else
-      run_guarded(call, [&] { allreduce_recursive_doubling(call, recv, count, type, op); });
+      forced_allreduce_ != "recursive_doubling" && forced_allreduce_ != "direct")
+    usage(call, "ANVIEW_ALGO names allreduce=" + forced_allreduce_ +
+                    "; known: ring, recursive_doubling, direct");
+  if (call.size == 1 || count == 0) {
+    if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
+    return;
   }
+  // Every rank reaches the same decisions: they depend on the arguments and on agreed state.
+  const bool direct_candidate = forced_allreduce_ == "direct" ||
+                                (forced_allreduce_.empty() && bytes >= direct_allreduce_bytes_);
+  if (direct_candidate && agree_direct()) {
+    run_guarded(call, [&] { allreduce_direct(call, peer_memories_, send, recv, count, type, op); });
+    return;
+  }
+  if (forced_allreduce_ == "direct")
+    usage(call,
+          "ANVIEW_ALGO forces allreduce=direct, but not every rank can read its peers' memory "
+          "(direct needs all ranks on one host with cross-memory attach; anview-info tells why "
+          "not)");
+  if (send != recv) std::memcpy(recv, send, bytes);
+  // The ring needs at least one element per rank to be worth its 2(n-1) steps.
+  if (allreduce_choice(bytes, nullptr) == "ring" && count >= static_cast<std::size_t>(call.size))
+    run_guarded(call, [&] { allreduce_ring(call, recv, count, type, op); });
+  else
+    run_guarded(call, [&] { allreduce_recursive_doubling(call, recv, count, type, op); });
   if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
 }
 

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "anview/collectives.hpp"
 #include "collectives/algorithms.hpp"
+#include "collectives/direct.hpp"
 #include "p2p/messenger.hpp"
 
 namespace anview::collectives {
@@ -36,8 +38,11 @@ class Collectives {
   std::string algorithm(std::string_view collective, std::size_t bytes, std::string* why) const;
 
  private:
-  // The one size rule (or ANVIEW_ALGO) behind allreduce's choice, and why.
-  bool allreduce_uses_ring(std::size_t bytes, std::string* why) const;
+  // Whether this rank can read every peer's memory (fills peer_memories_ the first time).
+  bool local_direct() const;
+  // Whether every rank can: agreed by all ranks the first time a call could use a direct
+  // algorithm (a collective of its own), then remembered.
+  bool agree_direct();
   Call begin(const char* name);
   [[noreturn]] void usage(const Call& call, const std::string& cause) const;
   void check_root(const Call& call, int root) const;
@@ -48,6 +53,10 @@ class Collectives {
   std::uint64_t sequence_ = 0;
   std::string forced_allreduce_;  // from ANVIEW_ALGO
   std::size_t small_allreduce_bytes_;
+  std::size_t direct_allreduce_bytes_;
+  mutable std::optional<bool> local_direct_;
+  mutable PeerMemories peer_memories_;
+  std::optional<bool> direct_agreed_;
   std::size_t chunk_bytes_;              // ANVIEW_COLL_CHUNK
   std::vector<p2p::RequestPtr> posted_;  // the current call's requests
   std::vector<char> scratch_;            // the current call's incoming data

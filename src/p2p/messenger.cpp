@@ -548,6 +548,26 @@ void Messenger::shutdown() {
   run_callbacks(completed);
 }
 
+const transport::PeerMemory* Messenger::peer_memory(int peer) const {
+  Lock lock(mu_);
+  if (peer == config_.rank || closed_) return nullptr;
+  const PeerState& ps = peers_.at(static_cast<std::size_t>(peer));
+  if (ps.transport == nullptr || ps.failure) return nullptr;
+  return ps.transport->peer_memory(peer);
+}
+
+void Messenger::fail_peer(int peer, const Error& error) {
+  Completions completed;
+  {
+    Lock lock(mu_);
+    PeerState& ps = peers_.at(static_cast<std::size_t>(peer));
+    if (ps.transport == nullptr || ps.failure) return;
+    ps.transport->fail_peer(peer, error);
+    take_completed(completed);
+  }
+  run_callbacks(completed);
+}
+
 std::string Messenger::transport_name(int peer) const {
   Lock lock(mu_);
   const auto* t = peers_.at(static_cast<std::size_t>(peer)).transport;

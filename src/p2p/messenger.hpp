@@ -96,6 +96,13 @@ class Messenger final : public transport::FrameSink,
   // What a pending request waits for, in words (as in its timeout Error).
   std::string describe_request(const RequestImpl& request) const;
 
+  // One-sided reads of `peer`'s memory, when its transport offers them and its link is up
+  // (null otherwise, and for this rank itself). The object outlives every communicator call.
+  const transport::PeerMemory* peer_memory(int peer) const;
+  // Closes the link to `peer` with `error`: the layer above found it unusable (a peer offered
+  // memory that cannot be read). Pending operations with it fail with `error`.
+  void fail_peer(int peer, const Error& error);
+
   std::string transport_name(int peer) const;
   std::string describe_peer(int peer) const;
   // Why the registry chose that transport (or why none reaches the peer).

@@ -96,6 +96,22 @@ struct TransportProbe {
   std::vector<std::string> notes;  // further findings (single copy, ptrace restrictions)
 };
 
+// One-sided reads of a peer's memory (same host, cross-memory attach): what same-host
+// collectives use to reduce straight from their peers' buffers. Read-only on purpose: a rank
+// that fails can never have had peers writing into its memory.
+//
+// Threading: unlike the rest of the transport, read() is called without the owner's lock, from
+// any thread, at any time while the transport exists.
+class PeerMemory {
+ public:
+  virtual ~PeerMemory() = default;
+  // Copies `bytes` at address `remote` of the peer into `local`. Raises Error naming this rank,
+  // the peer and `operation`: peer_lost when its process is gone, protocol when the address is
+  // not valid there, link otherwise.
+  virtual void read(std::uint64_t remote, void* local, std::size_t bytes,
+                    const std::string& operation) const = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -132,6 +148,9 @@ class Transport {
   virtual void shutdown(base::Deadline deadline) = 0;
   // "127.0.0.1:4242 <-> 127.0.0.1:4711, 4 streams".
   virtual std::string describe_peer(int peer) const = 0;
+  // One-sided reads of `peer`'s memory, if this transport offers them for that peer; the object
+  // lives as long as the transport.
+  virtual const PeerMemory* peer_memory(int /*peer*/) const { return nullptr; }
 };
 
 }  // namespace anview::transport

@@ -22,6 +22,9 @@
 //   version      hellos with a foreign job id, wrong world size, ... get the right rejects
 //   idle         a rank blocked in a receive uses no CPU and wakes at once when the message comes
 //   coll_kill    rank N-1 dies during a loop of allreduces; every survivor fails fast naming it
+//   coll_direct  allreduce results in and out of place with the algorithm placement allows
+//                (direct on one host with cross-memory attach, else the ring); with direct, a
+//                rank called with another count gets a usage Error naming a peer at once
 //
 // Every check that fails raises Failure; main prints "anview_p2p_check SCENARIO: rank R
 // FAILED: why" on stderr and exits 1. On success rank 0 prints one summary line and every
@@ -67,6 +70,7 @@
 
 #include "anview/anview.hpp"
 #include "bootstrap/store_protocol.hpp"
+#include "collectives/reduce.hpp"
 #include "transport/frame.hpp"
 #include "transport/tcp/handshake.hpp"
 
@@ -1744,6 +1748,123 @@ std::string coll_kill(Job& job) {
 }
 
 // ------------------------------------------------------------------------------------------
+// coll_direct: same-host allreduce that reads peers' memory, and where it must not be used
+// ------------------------------------------------------------------------------------------
+
+// Rank r's element i of the allreduce checks: small integers, so sums are exact in every type.
+double direct_element(int rank, std::size_t i) {
+  return static_cast<double>((rank + 1) * static_cast<int>(i % 7 + 1));
+}
+
+template <typename T>
+T to_element(double v, anview::DataType type) {
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    return type == anview::DataType::float16
+               ? anview::collectives::float_to_half(static_cast<float>(v))
+               : anview::collectives::float_to_bfloat16(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <typename T>
+double from_element(T v, anview::DataType type) {
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    return type == anview::DataType::float16 ? anview::collectives::half_to_float(v)
+                                             : anview::collectives::bfloat16_to_float(v);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+// One allreduce of `count` elements, in place or not; checks the result everywhere (and that
+// the send buffer is untouched). Returns the algorithm used.
+template <typename T>
+void checked_allreduce(Job& job, std::size_t count, anview::DataType type, anview::ReduceOp op,
+                       bool in_place) {
+  const int me = job.rank();
+  const int n = job.size();
+  std::vector<T> send(count), recv(count);
+  for (std::size_t i = 0; i < count; ++i) send[i] = to_element<T>(direct_element(me, i), type);
+  const std::vector<T> sent = send;
+  if (in_place) {
+    job.comm().allreduce(send.data(), count, type, op);
+  } else {
+    job.comm().allreduce(send.data(), recv.data(), count, type, op);
+    require(send == sent, "allreduce changed its send buffer (", count, " elements)");
+  }
+  const std::vector<T>& got = in_place ? send : recv;
+  for (std::size_t i = 0; i < count; ++i) {
+    double want = 0;
+    for (int r = 0; r < n; ++r) {
+      const double v = direct_element(r, i);
+      want = r == 0 ? v : op == anview::ReduceOp::max ? std::max(want, v) : want + v;
+    }
+    if (op == anview::ReduceOp::avg) want /= n;
+    const double value = from_element(got[i], type);
+    require(std::abs(value - want) <= 1e-3 * std::abs(want), "allreduce of ", count, " ",
+            anview::name_of(type), " ", anview::name_of(op), in_place ? " in place" : "",
+            ": element ", i, " is ", value, ", not ", want);
+  }
+}
+
+std::string coll_direct(Job& job) {
+  const int n = job.size();
+  const Options& o = job.options();
+  const char* transports = std::getenv("ANVIEW_TRANSPORTS");
+  const char* forced = std::getenv("ANVIEW_ALGO");
+  const bool direct_possible =
+      !o.deny_cma && o.hosts <= 1 &&
+      (transports == nullptr || std::string(transports).find("shm") != std::string::npos);
+  const bool forced_direct = forced && std::string(forced) == "allreduce=direct";
+  const std::string algo = job.comm().collective_algorithm("allreduce", 1 << 20);
+  require((algo == "direct") == direct_possible, "allreduce of 1 MiB uses ", algo,
+          direct_possible ? " where every rank can read its peers' memory"
+                          : " where some rank cannot read its peers' memory");
+
+  const std::size_t sizes[] = {static_cast<std::size_t>(n - 1), 1000, 65536 + 3, 300007};
+  for (const std::size_t count : sizes) {
+    for (const bool in_place : {false, true}) {
+      checked_allreduce<float>(job, count, anview::DataType::float32, anview::ReduceOp::sum,
+                               in_place);
+      checked_allreduce<std::uint16_t>(job, count, anview::DataType::float16, anview::ReduceOp::avg,
+                                       in_place);
+      checked_allreduce<std::uint16_t>(job, count, anview::DataType::bfloat16,
+                                       anview::ReduceOp::sum, in_place);
+      checked_allreduce<std::int32_t>(job, count, anview::DataType::int32, anview::ReduceOp::max,
+                                      in_place);
+    }
+  }
+  if (!direct_possible) {
+    job.leave(n);
+    return cat("allreduce used ", algo, " (no direct: some rank cannot read its peers' memory); ",
+               "results right in and out of place");
+  }
+
+  // The last rank calls with one element more: every rank fails at once with a usage Error
+  // naming a peer, and the communicator goes on.
+  const std::size_t count = (1u << 18) + (job.rank() == n - 1 ? 1 : 0);
+  std::vector<float> data(count, 1.0f);
+  const auto t0 = Clock::now();
+  try {
+    job.comm().allreduce(data.data(), count, anview::DataType::float32, anview::ReduceOp::sum);
+    require(false, "an allreduce with mismatched counts succeeded");
+  } catch (const Error& e) {
+    require(e.kind() == ErrorKind::usage, "expected a usage Error, got ", describe(e));
+    require(e.context().peer >= 0 && e.context().peer != job.rank(),
+            "the mismatch Error names no peer: ", describe(e));
+    require(std::string(e.what()).find("same arguments") != std::string::npos,
+            "the mismatch Error does not say what differs: ", describe(e));
+    require(seconds_since(t0) < 2.0, "the mismatch took ", seconds_since(t0), " s to report");
+  }
+  checked_allreduce<float>(job, 1 << 18, anview::DataType::float32, anview::ReduceOp::sum, false);
+  job.leave(n);
+  return cat("allreduce used ", algo, forced_direct ? " (forced)" : "",
+             "; results right in and out of place; a count mismatch failed at once on every ",
+             "rank naming a peer, and the next allreduce worked");
+}
+
+// ------------------------------------------------------------------------------------------
 // idle: a waiting rank uses no CPU, and wakes as soon as its message comes
 // ------------------------------------------------------------------------------------------
 
@@ -1798,7 +1919,7 @@ const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"timeout", timeout},     {"kill", kill_rank},
     {"stop", stop},           {"garbage", garbage},
     {"version", version},     {"idle", idle},
-    {"coll_kill", coll_kill},
+    {"coll_kill", coll_kill}, {"coll_direct", coll_direct},
 };
 
 int usage(const std::string& why) {

@@ -104,9 +104,22 @@ Sample measure(anview::Communicator& comm, const CollectiveOptions& o, std::size
   auto fill = [&] {
     for (std::size_t i = 0; i < total; ++i) store(send, i, o.type, element(me, i));
   };
+  // In place: allreduce works in recv, allgather finds this rank's block at its place in recv.
+  auto start_in_place = [&] {
+    if (o.op == "allreduce") std::memcpy(recv.data(), send.data(), count * esize);
+    if (o.op == "allgather")
+      std::memcpy(recv.data() + static_cast<std::size_t>(me) * count * esize, send.data(),
+                  count * esize);
+  };
   fill();
+  if (o.in_place) start_in_place();
   auto once = [&] {
-    if (o.op == "allreduce")
+    if (o.op == "allreduce" && o.in_place)
+      comm.allreduce(recv.data(), count, o.type, o.redop);
+    else if (o.op == "allgather" && o.in_place)
+      comm.allgather(recv.data() + static_cast<std::size_t>(me) * count * esize, recv.data(), count,
+                     o.type);
+    else if (o.op == "allreduce")
       comm.allreduce(send.data(), recv.data(), count, o.type, o.redop);
     else if (o.op == "broadcast")
       comm.broadcast(send.data(), count, o.type, o.root);
@@ -138,6 +151,7 @@ Sample measure(anview::Communicator& comm, const CollectiveOptions& o, std::size
   if (o.check) {
     fill();
     std::fill(recv.begin(), recv.end(), 0);
+    if (o.in_place) start_in_place();
     once();
     const double ranks_sum = n * (n + 1) / 2.0;
     for (std::size_t i = 0; i < count && o.op != "barrier"; ++i) {
@@ -176,8 +190,9 @@ long run_collective(anview::Communicator& comm, const CollectiveOptions& o) {
   const int n = comm.size();
   const std::string transport = n > 1 ? comm.transport_name(comm.rank() == 0 ? 1 : 0) : "self";
   if (comm.rank() == 0 && !o.json) {
-    std::printf("# anview-perf %s, %d ranks, %s, rank 0 <-> 1 over %s\n", o.op.c_str(), n,
-                std::string(anview::name_of(o.type)).c_str(), transport.c_str());
+    std::printf("# anview-perf %s%s, %d ranks, %s, rank 0 <-> 1 over %s\n", o.op.c_str(),
+                o.in_place ? " (in place)" : "", n, std::string(anview::name_of(o.type)).c_str(),
+                transport.c_str());
     std::printf("%12s %12s %8s %6s %5s %20s %12s %10s %10s %7s\n", "size", "count", "type", "redop",
                 "root", "algo", "time_us", "algbw", "busbw", "#wrong");
   }
@@ -192,13 +207,21 @@ long run_collective(anview::Communicator& comm, const CollectiveOptions& o) {
     if (comm.rank() == 0) {
       const std::string redop(anview::name_of(o.redop));
       if (o.json) {
-        nlohmann::json j{{"op", o.op},         {"bytes", bytes},
-                         {"count", s.count},   {"dtype", std::string(anview::name_of(o.type))},
-                         {"redop", redop},     {"root", o.root},
-                         {"algo", algo},       {"transport", transport},
-                         {"ranks", n},         {"time_us", s.time_us},
-                         {"algbw_gbs", algbw}, {"busbw_gbs", busbw},
-                         {"wrong", s.wrong},   {"check", o.check}};
+        nlohmann::json j{{"op", o.op},
+                         {"bytes", bytes},
+                         {"count", s.count},
+                         {"dtype", std::string(anview::name_of(o.type))},
+                         {"redop", redop},
+                         {"root", o.root},
+                         {"algo", algo},
+                         {"transport", transport},
+                         {"ranks", n},
+                         {"time_us", s.time_us},
+                         {"in_place", o.in_place},
+                         {"algbw_gbs", algbw},
+                         {"busbw_gbs", busbw},
+                         {"wrong", s.wrong},
+                         {"check", o.check}};
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf("%12zu %12zu %8s %6s %5d %20s %12.2f %10.3f %10.3f %7ld\n", bytes, s.count,

@@ -19,6 +19,7 @@ struct CollectiveOptions {
   anview::ReduceOp redop = anview::ReduceOp::sum;
   int root = 0;
   bool check = false;
+  bool in_place = false;  // allreduce and allgather: the receive buffer is the send buffer
   bool json = false;
 };
 

@@ -37,6 +37,7 @@ struct Options {
   long warmup = -1;  // -1: automatic
   int window = 0;    // 0: automatic
   bool check = false;
+  bool in_place = false;
   bool json = false;
   std::string dtype = "float32";
   std::string redop = "sum";
@@ -217,6 +218,7 @@ int main(int argc, char** argv) {
   app.add_option("--window", o.window, "bw: outstanding sends (default: automatic)");
   app.add_flag("--check", o.check, "fill and verify every payload");
   app.add_flag("--json", o.json, "rank 0 prints one JSON object per size");
+  app.add_flag("--inplace", o.in_place, "allreduce, allgather: receive into the send buffer");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -233,6 +235,7 @@ int main(int argc, char** argv) {
                                 .warmup = o.warmup,
                                 .root = o.root,
                                 .check = o.check,
+                                .in_place = o.in_place,
                                 .json = o.json};
       bool type_ok = false, op_ok = false;
       for (int t = 0; t <= static_cast<int>(anview::DataType::float64); ++t)
@@ -243,6 +246,8 @@ int main(int argc, char** argv) {
           c.redop = static_cast<anview::ReduceOp>(t), op_ok = true;
       if (!type_ok) throw std::runtime_error("unknown -d " + o.dtype);
       if (!op_ok) throw std::runtime_error("unknown -o " + o.redop);
+      if (o.in_place && o.op != "allreduce" && o.op != "allgather")
+        throw std::runtime_error("--inplace applies to allreduce and allgather only");
       return perf::run_collective(comm, c) == 0 ? 0 : 1;
     }
     if (comm.size() < 2) {

@@ -12,6 +12,7 @@
 
 #include "base/clock.hpp"
 #include "base/log.hpp"
+#include "transport/shm/peer_memory.hpp"
 #include "transport/shm/shm_transport.hpp"
 
 namespace anview::transport::shm {
@@ -474,37 +475,12 @@ bool Connection::copy_by_reference(bool to_peer, char* local, std::uint64_t remo
     owner_.fail_link(peer_, *peer_closed_error());
     return false;
   }
-  std::size_t done = 0;
-  while (done < bytes) {
-    iovec here{local + done, bytes - done};
-    iovec there{reinterpret_cast<void*>(remote + done), bytes - done};
-    const ssize_t n = to_peer ? ::process_vm_writev(endpoint_.pid, &here, 1, &there, 1, 0)
-                              : ::process_vm_readv(endpoint_.pid, &here, 1, &there, 1, 0);
-    if (n > 0) {
-      done += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    const int err = n < 0 ? errno : EIO;
-    const std::string who = "rank " + std::to_string(peer_);
-    ErrorContext ctx = owner_.error_context(peer_, "transfer");
-    if (err == ESRCH) {
-      ctx.cause = "the process of " + who + " (pid " + std::to_string(endpoint_.pid) +
-                  ") ended while we " + (to_peer ? "wrote a message into" : "read a message from") +
-                  " its memory";
-    } else {
-      ctx.cause = std::string(to_peer ? "writing " : "reading ") + std::to_string(bytes) +
-                  " bytes " + (to_peer ? "into " : "from ") + who +
-                  "'s memory failed: " + (to_peer ? "process_vm_writev: " : "process_vm_readv: ") +
-                  base::errno_text(err) + (err == EFAULT ? " (an invalid buffer was offered)" : "");
-    }
-    const ErrorKind kind = err == ESRCH    ? ErrorKind::peer_lost
-                           : err == EFAULT ? ErrorKind::protocol
-                                           : ErrorKind::link;
-    owner_.fail_link(peer_, Error(kind, std::move(ctx)));
-    return false;
-  }
-  return true;
+  const int err = copy_cross_memory(endpoint_.pid, to_peer, local, remote, bytes);
+  if (err == 0) return true;
+  ErrorContext ctx = owner_.error_context(peer_, "transfer");
+  ctx.cause = cross_memory_cause(err, to_peer, peer_, endpoint_.pid, bytes);
+  owner_.fail_link(peer_, Error(cross_memory_error_kind(err), std::move(ctx)));
+  return false;
 }
 
 void Connection::corrupt(const std::string& what) {

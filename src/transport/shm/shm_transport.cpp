@@ -14,6 +14,7 @@
 #include "base/config.hpp"
 #include "base/log.hpp"
 #include "bootstrap/interfaces.hpp"
+#include "transport/shm/peer_memory.hpp"
 
 namespace anview::transport::shm {
 namespace {
@@ -190,7 +191,7 @@ ShmTransport::~ShmTransport() {
 
 Capabilities ShmTransport::capabilities() const {
   return Capabilities{.zero_copy_receive = single_copy_wanted_,
-                      .one_sided = false,
+                      .one_sided = single_copy_wanted_,
                       .streams = 1,
                       .fd_driven = false,
                       .latency_us = 0.2,
@@ -258,7 +259,9 @@ void ShmTransport::connect(const std::vector<PeerInfo>& peers) {
       link.conn.reset();
       continue;
     }
-    if (!link.conn->reads_by_reference()) {
+    if (link.conn->reads_by_reference()) {
+      link.reader = std::make_unique<CrossMemoryReader>(context_.rank, peer.rank, endpoint.pid);
+    } else {
       if (refused.empty()) refused = link.conn->single_copy_note();
       ++refused_count;
     }
@@ -420,6 +423,11 @@ void ShmTransport::fail_link(int peer, const Error& error) {
     link.conn->exit_watch.reset();
   }
   if (!closing_) context_.sink->on_peer_failed(peer, error);
+}
+
+const PeerMemory* ShmTransport::peer_memory(int peer) const {
+  if (peer < 0 || static_cast<std::size_t>(peer) >= peers_.size()) return nullptr;
+  return peers_[static_cast<std::size_t>(peer)].reader.get();
 }
 
 void ShmTransport::fail_peer(int peer, const Error& error) {

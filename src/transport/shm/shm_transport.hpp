@@ -40,6 +40,7 @@ class ShmTransport final : public Transport, private base::FdHandler {
   void fail_peer(int peer, const Error& error) override;
   void shutdown(base::Deadline deadline) override;
   std::string describe_peer(int peer) const override;
+  const PeerMemory* peer_memory(int peer) const override;
 
   // Whether this machine lets the transport run at all (memfd, mmap, a wake-up socket).
   static bool usable_here(std::string* why);
@@ -61,7 +62,8 @@ class ShmTransport final : public Transport, private base::FdHandler {
   struct PeerLink {
     bool served = false;
     std::unique_ptr<Connection> conn;
-    std::optional<Error> setup_error;  // failed before it was up
+    std::unique_ptr<PeerMemory> reader;  // when cross-memory attach works towards the peer
+    std::optional<Error> setup_error;    // failed before it was up
     bool was_up = false;
     bool failed = false;
   };

@@ -1,0 +1,96 @@
+#include "collectives/steps.hpp"
+
+#include <algorithm>
+
+#include "base/clock.hpp"
+
+namespace anview::collectives {
+
+[[noreturn]] void rethrow(const Call& call, const Error& e) {
+  throw e.for_operation(call.operation(), std::nullopt);
+}
+
+namespace {
+
+// How often a waiting step checks whether some rank of the communicator is gone.
+constexpr auto failure_check = std::chrono::milliseconds(200);
+
+}  // namespace
+
+void wait(Call& call, const RequestPtr& request) {
+  const auto deadline = base::Clock::now() + call.timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - base::Clock::now());
+    try {
+      call.messenger.wait(*request, std::clamp(left, std::chrono::milliseconds(0), failure_check));
+      return;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::timeout) rethrow(call, e);
+      if (auto failure = call.messenger.first_peer_failure()) {
+        call.messenger.abandon(*request, *failure);
+        rethrow(call, *failure);
+      }
+      if (base::Clock::now() < deadline) continue;
+      const Error timeout(
+          ErrorKind::timeout,
+          {.rank = call.rank,
+           .peer = request->peer,
+           .operation = call.operation(),
+           .cause = "a step was not complete after " + std::to_string(call.timeout.count()) +
+                    " ms: " + call.messenger.describe_request(*request)});
+      call.messenger.abandon(*request, timeout);
+      throw timeout;
+    }
+  }
+}
+
+RequestPtr post_recv(Call& call, void* data, std::size_t bytes, int from) {
+  call.posted.push_back(call.messenger.irecv(data, bytes, from, call.tag, true));
+  return call.posted.back();
+}
+
+RequestPtr post_send(Call& call, const void* data, std::size_t bytes, int to) {
+  call.posted.push_back(call.messenger.isend(data, bytes, to, call.tag, true));
+  return call.posted.back();
+}
+
+void send(Call& call, const void* data, std::size_t bytes, int to) {
+  wait(call, post_send(call, data, bytes, to));
+}
+
+void check_size(const Call& call, const RequestPtr& r, std::size_t bytes, int from) {
+  if (r->status.bytes == bytes) return;
+  throw Error(ErrorKind::protocol,
+              {.rank = call.rank,
+               .peer = from,
+               .operation = call.operation(),
+               .cause = "rank " + std::to_string(from) + " sent " +
+                        std::to_string(r->status.bytes) + " bytes where " + std::to_string(bytes) +
+                        " were due: do all ranks call the same collectives in the same order with "
+                        "the same sizes?"});
+}
+
+void recv(Call& call, void* data, std::size_t bytes, int from) {
+  const RequestPtr r = post_recv(call, data, bytes, from);
+  wait(call, r);
+  check_size(call, r, bytes, from);
+}
+
+void sendrecv(Call& call, const void* sdata, std::size_t sbytes, int to, void* rdata,
+              std::size_t rbytes, int from) {
+  const RequestPtr r = post_recv(call, rdata, rbytes, from);
+  const RequestPtr s = post_send(call, sdata, sbytes, to);
+  wait(call, s);
+  wait(call, r);
+  check_size(call, r, rbytes, from);
+}
+
+Segment segment(std::size_t count, int parts, int i) {
+  const std::size_t base = count / static_cast<std::size_t>(parts);
+  const std::size_t extra = count % static_cast<std::size_t>(parts);
+  const auto u = static_cast<std::size_t>(i);
+  return {u * base + std::min(u, extra), base + (u < extra ? 1 : 0)};
+}
+
+}  // namespace anview::collectives

@@ -1,0 +1,61 @@
+#include "transport/shm/peer_memory.hpp"
+
+#include <sys/uio.h>
+
+#include <cerrno>
+
+#include "base/log.hpp"
+#include "base/socket.hpp"
+
+namespace anview::transport::shm {
+
+int copy_cross_memory(int pid, bool to_peer, char* local, std::uint64_t remote, std::size_t bytes) {
+  std::size_t done = 0;
+  while (done < bytes) {
+    iovec here{local + done, bytes - done};
+    iovec there{reinterpret_cast<void*>(remote + done), bytes - done};
+    const ssize_t n = to_peer ? ::process_vm_writev(pid, &here, 1, &there, 1, 0)
+                              : ::process_vm_readv(pid, &here, 1, &there, 1, 0);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 ? errno : EIO;
+  }
+  return 0;
+}
+
+ErrorKind cross_memory_error_kind(int err) {
+  return err == ESRCH    ? ErrorKind::peer_lost
+         : err == EFAULT ? ErrorKind::protocol
+                         : ErrorKind::link;
+}
+
+std::string cross_memory_cause(int err, bool to_peer, int rank, int pid, std::size_t bytes) {
+  const std::string who = "rank " + std::to_string(rank);
+  if (err == ESRCH) {
+    return "the process of " + who + " (pid " + std::to_string(pid) + ") ended while we " +
+           (to_peer ? "wrote into" : "read from") + " its memory";
+  }
+  return std::string(to_peer ? "writing " : "reading ") + std::to_string(bytes) + " bytes " +
+         (to_peer ? "into " : "from ") + who +
+         "'s memory failed: " + (to_peer ? "process_vm_writev: " : "process_vm_readv: ") +
+         base::errno_text(err) + (err == EFAULT ? " (an invalid buffer was offered)" : "");
+}
+
+void CrossMemoryReader::read(std::uint64_t remote, void* local, std::size_t bytes,
+                             const std::string& operation) const {
+  const int err = copy_cross_memory(pid_, false, static_cast<char*>(local), remote, bytes);
+  if (err == 0) return;
+  Error error(cross_memory_error_kind(err),
+              ErrorContext{.rank = rank_,
+                           .peer = peer_,
+                           .peer_address = "shm",
+                           .operation = operation,
+                           .cause = cross_memory_cause(err, false, peer_, pid_, bytes)});
+  base::log(base::LogLevel::error, error.what());
+  throw error;
+}
+
+}  // namespace anview::transport::shm

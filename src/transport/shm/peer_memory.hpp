@@ -1,0 +1,35 @@
+// Cross-memory attach between two processes of one host: the copy loop every single-copy path
+// of the shm transport uses, and PeerMemory (transport.hpp), the one-sided reads that same-host
+// collectives make of their peers' buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "transport/transport.hpp"
+
+namespace anview::transport::shm {
+
+// Copies `bytes` between `local` and address `remote` of process `pid` (process_vm_writev when
+// `to_peer`, else process_vm_readv), resuming after partial copies. 0, or the errno that
+// stopped it (EIO for a copy that made no progress).
+int copy_cross_memory(int pid, bool to_peer, char* local, std::uint64_t remote, std::size_t bytes);
+
+// The ErrorKind and cause text for a failed cross-memory copy with `rank`'s process.
+ErrorKind cross_memory_error_kind(int err);
+std::string cross_memory_cause(int err, bool to_peer, int rank, int pid, std::size_t bytes);
+
+class CrossMemoryReader final : public PeerMemory {
+ public:
+  CrossMemoryReader(int rank, int peer, int pid) : rank_(rank), peer_(peer), pid_(pid) {}
+  void read(std::uint64_t remote, void* local, std::size_t bytes,
+            const std::string& operation) const override;
+
+ private:
+  int rank_;
+  int peer_;
+  int pid_;
+};
+
+}  // namespace anview::transport::shm
