@@ -1,5 +1,7 @@
 #include "collectives/collectives.hpp"
 
+#include <sched.h>
+
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -24,6 +26,11 @@ const base::Setting direct_allreduce_setting(
     "allreduce from this size reads peers' buffers directly when every rank is on one host and "
     "cross-memory attach works (reduce-by-segment, no messages per chunk)");
 
+const base::Setting shared_allreduce_setting(
+    "collectives", "ANVIEW_ALLREDUCE_SHARED_BYTES", "64K",
+    "allreduce up to this size (at most 64K) goes through the ranks' shared memory when every "
+    "rank is on one host with the shm transport: no messages, a few cache-line transfers");
+
 const base::Setting chunk_setting(
     "collectives", "ANVIEW_COLL_CHUNK", "64K",
     "Reducing ring steps move and reduce data in chunks of this size, so the reduction of one "
@@ -45,6 +52,8 @@ Collectives::Collectives(p2p::Messenger& messenger)
       forced_allreduce_(forced("allreduce")),
       small_allreduce_bytes_(static_cast<std::size_t>(small_allreduce_setting.as_int())),
       direct_allreduce_bytes_(static_cast<std::size_t>(direct_allreduce_setting.as_int())),
+      shared_allreduce_bytes_(std::min<std::size_t>(
+          static_cast<std::size_t>(shared_allreduce_setting.as_int()), shared_slot_payload)),
       chunk_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(chunk_setting.as_int(), 4096))) {
 }
 
@@ -88,29 +97,44 @@ void Collectives::check_buffer(const Call& call, const void* p, std::size_t byte
   if (p == nullptr && bytes > 0) usage(call, std::string("null ") + which + " buffer");
 }
 
-bool Collectives::local_direct() const {
-  if (!local_direct_) {
-    peer_memories_.assign(static_cast<std::size_t>(messenger_.size()), nullptr);
-    bool all = messenger_.size() > 1;
-    for (int p = 0; p < messenger_.size(); ++p) {
+int Collectives::local_placement() const {
+  if (!local_placement_) {
+    const int n = messenger_.size();
+    peer_memories_.assign(static_cast<std::size_t>(n), nullptr);
+    shared_areas_ = SharedAreas{};
+    shared_areas_.peers.assign(static_cast<std::size_t>(n), nullptr);
+    const transport::SharedArea own = messenger_.own_area();
+    cpu_set_t cpus;
+    shared_areas_.crowded = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) < n;
+    shared_areas_.own = own.bytes >= shared_area_needed() ? own.data : nullptr;
+    bool read_all = n > 1, share_all = n > 1 && shared_areas_.own != nullptr;
+    for (int p = 0; p < n; ++p) {
       if (p == messenger_.rank()) continue;
-      peer_memories_[static_cast<std::size_t>(p)] = messenger_.peer_memory(p);
-      all = all && peer_memories_[static_cast<std::size_t>(p)] != nullptr;
+      const auto u = static_cast<std::size_t>(p);
+      peer_memories_[u] = messenger_.peer_memory(p);
+      shared_areas_.peers[u] = messenger_.peer_area(p);
+      read_all = read_all && peer_memories_[u] != nullptr;
+      share_all = share_all && shared_areas_.peers[u] != nullptr;
     }
-    local_direct_ = all;
+    local_placement_ = (read_all ? reads_peers : 0) | (share_all ? shares_memory : 0);
   }
-  return *local_direct_;
+  return *local_placement_;
 }
 
-bool Collectives::agree_direct() {
-  if (!direct_agreed_) {
-    Call call = begin("direct agreement");
-    std::int32_t all = local_direct() ? 1 : 0;
-    run_guarded(
-        call, [&] { allreduce_recursive_doubling(call, &all, 1, DataType::int32, ReduceOp::min); });
-    direct_agreed_ = all == 1;
+int Collectives::placement() {
+  if (!agreed_placement_) {
+    Call call = begin("placement agreement");
+    std::int32_t bits = local_placement();
+    run_guarded(call, [&] {
+      allreduce_recursive_doubling(call, &bits, 1, DataType::int32, ReduceOp::band);
+    });
+    agreed_placement_ = bits;
   }
-  return *direct_agreed_;
+  return *agreed_placement_;
+}
+
+bool Collectives::placement_allows(int bit) const {
+  return (agreed_placement_.value_or(local_placement()) & bit) != 0;
 }
 
 std::string Collectives::allreduce_choice(std::size_t bytes, std::string* why) const {
@@ -122,26 +146,40 @@ std::string Collectives::allreduce_choice(std::size_t bytes, std::string* why) c
     return forced_allreduce_;
   }
   const std::string size = std::to_string(bytes) + " B";
-  if (bytes >= direct_allreduce_bytes_ && direct_agreed_.value_or(local_direct())) {
+  if (bytes <= shared_allreduce_bytes_ && placement_allows(shares_memory)) {
+    say(size +
+        " <= ANVIEW_ALLREDUCE_SHARED_BYTES and every rank maps its peers' shared memory (one "
+        "host): contributions published in place, no messages");
+    return "shared";
+  }
+  if (bytes >= direct_allreduce_bytes_ && placement_allows(reads_peers)) {
     say(size +
         " >= ANVIEW_ALLREDUCE_DIRECT_BYTES and every rank can read its peers' memory "
         "(one host, cross-memory attach)");
     return "direct";
   }
+  const char* same_host = "";
+  if (bytes >= direct_allreduce_bytes_)
+    same_host = "; direct needs every rank on one host with cross-memory attach";
+  else if (bytes <= shared_allreduce_bytes_)
+    same_host = "; shared needs every rank on one host with the shm transport";
   if (bytes > small_allreduce_bytes_) {
-    say(size + " > ANVIEW_ALLREDUCE_SMALL_BYTES: bandwidth-bound" +
-        (bytes >= direct_allreduce_bytes_ ? "; direct needs every rank on one host with "
-                                            "cross-memory attach"
-                                          : ""));
+    say(size + " > ANVIEW_ALLREDUCE_SMALL_BYTES: bandwidth-bound" + same_host);
     return "ring";
   }
-  say(size + " <= ANVIEW_ALLREDUCE_SMALL_BYTES: latency-bound");
+  say(size + " <= ANVIEW_ALLREDUCE_SMALL_BYTES: latency-bound" + same_host);
   return "recursive_doubling";
 }
 
 std::string Collectives::algorithm(std::string_view collective, std::size_t bytes,
                                    std::string* why) const {
   if (collective == "allreduce") return allreduce_choice(bytes, why);
+  if ((collective == "broadcast" && bytes <= shared_slot_payload) || collective == "barrier") {
+    if (placement_allows(shares_memory)) {
+      if (why) *why = "every rank maps its peers' shared memory (one host): no messages";
+      return "shared";
+    }
+  }
   static const std::pair<std::string_view, std::string_view> fixed[] = {
       {"broadcast", "binomial"},  {"reduce", "binomial"},      {"allgather", "ring"},
       {"reduce_scatter", "ring"}, {"alltoall", "pairwise"},    {"gather", "linear"},
@@ -163,28 +201,43 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
   check_buffer(call, send, bytes, "send");
   check_buffer(call, recv, bytes, "receive");
   if (!forced_allreduce_.empty() && forced_allreduce_ != "ring" &&
-      forced_allreduce_ != "recursive_doubling" && forced_allreduce_ != "direct")
+      forced_allreduce_ != "recursive_doubling" && forced_allreduce_ != "direct" &&
+      forced_allreduce_ != "shared")
     usage(call, "ANVIEW_ALGO names allreduce=" + forced_allreduce_ +
-                    "; known: ring, recursive_doubling, direct");
+                    "; known: ring, recursive_doubling, direct, shared");
   if (call.size == 1 || count == 0) {
     if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
     return;
   }
   // Every rank reaches the same decisions: they depend on the arguments and on agreed state.
-  const bool direct_candidate = forced_allreduce_ == "direct" ||
-                                (forced_allreduce_.empty() && bytes >= direct_allreduce_bytes_);
-  if (direct_candidate && agree_direct()) {
+  if (forced_allreduce_.empty() || forced_allreduce_ == "direct" || forced_allreduce_ == "shared")
+    placement();
+  const std::string algo = allreduce_choice(bytes, nullptr);
+  if ((algo == "direct" && !placement_allows(reads_peers)) ||
+      (algo == "shared" && !placement_allows(shares_memory))) {
+    usage(call, "ANVIEW_ALGO forces allreduce=" + algo +
+                    ", but not every rank can use it (it needs all ranks on one host with the shm "
+                    "transport" +
+                    (algo == "direct" ? std::string(" and cross-memory attach") : "") +
+                    "; anview-info tells why not)");
+  }
+  if (algo == "shared" && bytes > shared_slot_payload) {
+    usage(call, "allreduce=shared holds at most " + std::to_string(shared_slot_payload) +
+                    " bytes, not " + std::to_string(bytes));
+  }
+  if (algo == "shared") {
+    const std::uint64_t seq = ++shared_calls_;
+    run_guarded(call,
+                [&] { allreduce_shared(call, shared_areas_, seq, send, recv, count, type, op); });
+    return;
+  }
+  if (algo == "direct") {
     run_guarded(call, [&] { allreduce_direct(call, peer_memories_, send, recv, count, type, op); });
     return;
   }
-  if (forced_allreduce_ == "direct")
-    usage(call,
-          "ANVIEW_ALGO forces allreduce=direct, but not every rank can read its peers' memory "
-          "(direct needs all ranks on one host with cross-memory attach; anview-info tells why "
-          "not)");
   if (send != recv) std::memcpy(recv, send, bytes);
   // The ring needs at least one element per rank to be worth its 2(n-1) steps.
-  if (allreduce_choice(bytes, nullptr) == "ring" && count >= static_cast<std::size_t>(call.size))
+  if (algo == "ring" && count >= static_cast<std::size_t>(call.size))
     run_guarded(call, [&] { allreduce_ring(call, recv, count, type, op); });
   else
     run_guarded(call, [&] { allreduce_recursive_doubling(call, recv, count, type, op); });
@@ -196,7 +249,13 @@ void Collectives::broadcast(void* data, std::size_t count, DataType type, int ro
   const std::size_t bytes = checked_bytes(call, count, type);
   check_root(call, root);
   check_buffer(call, data, bytes, "data");
-  if (call.size > 1) run_guarded(call, [&] { broadcast_binomial(call, data, bytes, root); });
+  if (call.size == 1) return;
+  if (bytes <= shared_slot_payload && (placement() & shares_memory) != 0) {
+    const std::uint64_t seq = ++shared_calls_;
+    run_guarded(call, [&] { broadcast_shared(call, shared_areas_, seq, data, bytes, root); });
+    return;
+  }
+  run_guarded(call, [&] { broadcast_binomial(call, data, bytes, root); });
 }
 
 void Collectives::reduce(const void* send, void* recv, std::size_t count, DataType type,
@@ -276,6 +335,11 @@ void Collectives::alltoall(const void* send, void* recv, std::size_t count, Data
 
 void Collectives::barrier() {
   Call call = begin("barrier");
+  if (call.size > 1 && (placement() & shares_memory) != 0) {
+    const std::uint64_t seq = ++shared_calls_;
+    run_guarded(call, [&] { barrier_shared(call, shared_areas_, seq); });
+    return;
+  }
   run_guarded(call, [&] { barrier_dissemination(call); });
 }
 

@@ -12,6 +12,7 @@
 #include "anview/collectives.hpp"
 #include "collectives/algorithms.hpp"
 #include "collectives/direct.hpp"
+#include "collectives/shared.hpp"
 #include "p2p/messenger.hpp"
 
 namespace anview::collectives {
@@ -38,11 +39,17 @@ class Collectives {
   std::string algorithm(std::string_view collective, std::size_t bytes, std::string* why) const;
 
  private:
-  // Whether this rank can read every peer's memory (fills peer_memories_ the first time).
-  bool local_direct() const;
-  // Whether every rank can: agreed by all ranks the first time a call could use a direct
-  // algorithm (a collective of its own), then remembered.
-  bool agree_direct();
+  // What placement lets the same-host algorithms do, as bits: every peer's memory readable
+  // (direct), every peer's shared area mapped (shared).
+  static constexpr int reads_peers = 1;
+  static constexpr int shares_memory = 2;
+  // This rank's view (fills peer_memories_ and shared_areas_ the first time).
+  int local_placement() const;
+  // What holds for every rank: agreed by all ranks the first time a call could use a
+  // same-host algorithm (a collective of its own), then remembered.
+  int placement();
+  // The agreed bits if agreed, else this rank's view (for reports before the first call).
+  bool placement_allows(int bit) const;
   Call begin(const char* name);
   [[noreturn]] void usage(const Call& call, const std::string& cause) const;
   void check_root(const Call& call, int root) const;
@@ -54,9 +61,12 @@ class Collectives {
   std::string forced_allreduce_;  // from ANVIEW_ALGO
   std::size_t small_allreduce_bytes_;
   std::size_t direct_allreduce_bytes_;
-  mutable std::optional<bool> local_direct_;
+  std::size_t shared_allreduce_bytes_;
+  mutable std::optional<int> local_placement_;
   mutable PeerMemories peer_memories_;
-  std::optional<bool> direct_agreed_;
+  mutable SharedAreas shared_areas_;
+  std::optional<int> agreed_placement_;
+  std::uint64_t shared_calls_ = 0;       // numbers the shared-memory calls (shared.hpp)
   std::size_t chunk_bytes_;              // ANVIEW_COLL_CHUNK
   std::vector<p2p::RequestPtr> posted_;  // the current call's requests
   std::vector<char> scratch_;            // the current call's incoming data

@@ -556,6 +556,21 @@ const transport::PeerMemory* Messenger::peer_memory(int peer) const {
   return ps.transport->peer_memory(peer);
 }
 
+transport::SharedArea Messenger::own_area() const {
+  Lock lock(mu_);
+  for (const auto& t : transports_)
+    if (const auto area = t->own_area(); area.data != nullptr) return area;
+  return {};
+}
+
+const char* Messenger::peer_area(int peer) const {
+  Lock lock(mu_);
+  if (peer == config_.rank || closed_) return nullptr;
+  const PeerState& ps = peers_.at(static_cast<std::size_t>(peer));
+  if (ps.transport == nullptr || ps.failure) return nullptr;
+  return ps.transport->peer_area(peer);
+}
+
 void Messenger::fail_peer(int peer, const Error& error) {
   Completions completed;
   {

@@ -99,6 +99,10 @@ class Messenger final : public transport::FrameSink,
   // One-sided reads of `peer`'s memory, when its transport offers them and its link is up
   // (null otherwise, and for this rank itself). The object outlives every communicator call.
   const transport::PeerMemory* peer_memory(int peer) const;
+  // This rank's shared area and `peer`'s as mapped here (transport.hpp, SharedArea); empty or
+  // null where the transports have none. Both outlive every communicator call.
+  transport::SharedArea own_area() const;
+  const char* peer_area(int peer) const;
   // Closes the link to `peer` with `error`: the layer above found it unusable (a peer offered
   // memory that cannot be read). Pending operations with it fail with `error`.
   void fail_peer(int peer, const Error& error);

@@ -112,6 +112,14 @@ class PeerMemory {
                     const std::string& operation) const = 0;
 };
 
+// Memory of this rank that its same-host peers map (shared memory): only this rank writes
+// it, peers read it at any time. The collectives layer publishes small contributions there
+// and synchronises through flags in it, with no message at all.
+struct SharedArea {
+  char* data = nullptr;
+  std::size_t bytes = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -151,6 +159,10 @@ class Transport {
   // One-sided reads of `peer`'s memory, if this transport offers them for that peer; the object
   // lives as long as the transport.
   virtual const PeerMemory* peer_memory(int /*peer*/) const { return nullptr; }
+  // This rank's shared area (empty if the transport has none), and `peer`'s as mapped here
+  // (read-only, the same size; null when the transport has none for that peer).
+  virtual SharedArea own_area() { return {}; }
+  virtual const char* peer_area(int /*peer*/) const { return nullptr; }
 };
 
 }  // namespace anview::transport

@@ -22,9 +22,9 @@
 //   version      hellos with a foreign job id, wrong world size, ... get the right rejects
 //   idle         a rank blocked in a receive uses no CPU and wakes at once when the message comes
 //   coll_kill    rank N-1 dies during a loop of allreduces; every survivor fails fast naming it
-//   coll_direct  allreduce results in and out of place with the algorithm placement allows
-//                (direct on one host with cross-memory attach, else the ring); with direct, a
-//                rank called with another count gets a usage Error naming a peer at once
+//   coll_direct  allreduce results in and out of place with the algorithms placement allows
+//                (shared and direct on one host, else recursive doubling and the ring); on one
+//                host, a rank called with another count gets a usage Error naming a peer at once
 //
 // Every check that fails raises Failure; main prints "anview_p2p_check SCENARIO: rank R
 // FAILED: why" on stderr and exits 1. On success rank 0 prints one summary line and every
@@ -1812,15 +1812,22 @@ std::string coll_direct(Job& job) {
   const int n = job.size();
   const Options& o = job.options();
   const char* transports = std::getenv("ANVIEW_TRANSPORTS");
-  const char* forced = std::getenv("ANVIEW_ALGO");
-  const bool direct_possible =
-      !o.deny_cma && o.hosts <= 1 &&
+  const char* forced_env = std::getenv("ANVIEW_ALGO");
+  const std::string forced = forced_env ? forced_env : "";
+  // Shared memory needs every rank on one host with shm; direct also cross-memory attach.
+  const bool shared_possible =
+      o.hosts <= 1 &&
       (transports == nullptr || std::string(transports).find("shm") != std::string::npos);
-  const bool forced_direct = forced && std::string(forced) == "allreduce=direct";
-  const std::string algo = job.comm().collective_algorithm("allreduce", 1 << 20);
-  require((algo == "direct") == direct_possible, "allreduce of 1 MiB uses ", algo,
-          direct_possible ? " where every rank can read its peers' memory"
-                          : " where some rank cannot read its peers' memory");
+  const bool direct_possible = shared_possible && !o.deny_cma;
+  const std::string small = job.comm().collective_algorithm("allreduce", 400);
+  const std::string large = job.comm().collective_algorithm("allreduce", 1 << 20);
+  if (forced.empty()) {
+    require((small == "shared") == shared_possible, "allreduce of 400 B uses ", small,
+            shared_possible ? " where every rank is on one host with shm" : " across hosts");
+    require((large == "direct") == direct_possible, "allreduce of 1 MiB uses ", large,
+            direct_possible ? " where every rank can read its peers' memory"
+                            : " where some rank cannot read its peers' memory");
+  }
 
   const std::size_t sizes[] = {static_cast<std::size_t>(n - 1), 1000, 65536 + 3, 300007};
   for (const std::size_t count : sizes) {
@@ -1835,32 +1842,37 @@ std::string coll_direct(Job& job) {
                                       in_place);
     }
   }
-  if (!direct_possible) {
+  if (!shared_possible) {
     job.leave(n);
-    return cat("allreduce used ", algo, " (no direct: some rank cannot read its peers' memory); ",
-               "results right in and out of place");
+    return cat("allreduce used ", small, " and ", large,
+               " (ranks on several hosts or without shm); results right in and out of place");
   }
 
-  // The last rank calls with one element more: every rank fails at once with a usage Error
-  // naming a peer, and the communicator goes on.
-  const std::size_t count = (1u << 18) + (job.rank() == n - 1 ? 1 : 0);
-  std::vector<float> data(count, 1.0f);
-  const auto t0 = Clock::now();
-  try {
-    job.comm().allreduce(data.data(), count, anview::DataType::float32, anview::ReduceOp::sum);
-    require(false, "an allreduce with mismatched counts succeeded");
-  } catch (const Error& e) {
-    require(e.kind() == ErrorKind::usage, "expected a usage Error, got ", describe(e));
-    require(e.context().peer >= 0 && e.context().peer != job.rank(),
-            "the mismatch Error names no peer: ", describe(e));
-    require(std::string(e.what()).find("same arguments") != std::string::npos,
-            "the mismatch Error does not say what differs: ", describe(e));
-    require(seconds_since(t0) < 2.0, "the mismatch took ", seconds_since(t0), " s to report");
+  // The last rank calls with one element more, once in shared memory (small) and once direct
+  // (large): every rank fails at once with a usage Error naming a peer, and the communicator
+  // goes on.
+  for (const std::size_t base : {std::size_t{100}, std::size_t{1} << 18}) {
+    const std::string algo = job.comm().collective_algorithm("allreduce", base * 4);
+    if (algo != "shared" && algo != "direct") continue;  // no mismatch check in the ring
+    const std::size_t count = base + (job.rank() == n - 1 ? 1 : 0);
+    std::vector<float> data(count, 1.0f);
+    const auto t0 = Clock::now();
+    try {
+      job.comm().allreduce(data.data(), count, anview::DataType::float32, anview::ReduceOp::sum);
+      require(false, "an allreduce with mismatched counts (", base, ") succeeded");
+    } catch (const Error& e) {
+      require(e.kind() == ErrorKind::usage, "expected a usage Error, got ", describe(e));
+      require(e.context().peer >= 0 && e.context().peer != job.rank(),
+              "the mismatch Error names no peer: ", describe(e));
+      require(std::string(e.what()).find("same arguments") != std::string::npos,
+              "the mismatch Error does not say what differs: ", describe(e));
+      require(seconds_since(t0) < 2.0, "the mismatch took ", seconds_since(t0), " s to report");
+    }
+    checked_allreduce<float>(job, base, anview::DataType::float32, anview::ReduceOp::sum, false);
   }
-  checked_allreduce<float>(job, 1 << 18, anview::DataType::float32, anview::ReduceOp::sum, false);
   job.leave(n);
-  return cat("allreduce used ", algo, forced_direct ? " (forced)" : "",
-             "; results right in and out of place; a count mismatch failed at once on every ",
+  return cat("allreduce used ", small, " and ", large, forced.empty() ? "" : " (forced)",
+             "; results right in and out of place; count mismatches failed at once on every ",
              "rank naming a peer, and the next allreduce worked");
 }
 

@@ -120,11 +120,13 @@ TEST(ShmEndpoint, RoundTripsAndRejectsOtherVersions) {
   EXPECT_EQ(back.wake_name, "w-1");
   EXPECT_EQ(back.probe_address, 0x7fff0000u);
 
-  EXPECT_FALSE(decode_endpoint("v2 pid=1 fd=3 ring=524288 wake=x probe=10", back, &why));
+  const std::string other = "v" + std::to_string(segment_version + 1);
+  const std::string ours = "v" + std::to_string(segment_version);
+  EXPECT_FALSE(decode_endpoint(other + " pid=1 fd=3 ring=524288 wake=x probe=10", back, &why));
   EXPECT_NE(why.find("version"), std::string::npos) << why;
-  EXPECT_FALSE(decode_endpoint("v1 pid=1 fd=3 ring=1000 wake=x probe=10", back, &why));
+  EXPECT_FALSE(decode_endpoint(ours + " pid=1 fd=3 ring=1000 wake=x probe=10", back, &why));
   EXPECT_NE(why.find("'ring'"), std::string::npos) << why;
-  EXPECT_FALSE(decode_endpoint("v1 pid=1", back, &why));
+  EXPECT_FALSE(decode_endpoint(ours + " pid=1", back, &why));
 }
 
 // A FrameSink that records what it is given.

@@ -62,7 +62,8 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   peer_control_ = reinterpret_cast<SegmentControl*>(peer_control_page_.data());
   if (peer_control_->magic != segment_magic || peer_control_->version != segment_version ||
       peer_control_->ring_bytes != endpoint_.ring_bytes ||
-      peer_control_->slots <= static_cast<std::uint32_t>(me)) {
+      peer_control_->slots <= static_cast<std::uint32_t>(me) ||
+      peer_control_->area_bytes != area_bytes) {
     if (why) {
       *why = "its segment is not an anview v" + std::to_string(segment_version) +
              " segment with a slot for rank " + std::to_string(me) + " (magic 0x" +
@@ -75,6 +76,10 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
       map_shared(fd, slot_offset(me, endpoint_.ring_bytes), slot_bytes(endpoint_.ring_bytes), why);
   if (!out_slot_) return false;
   out_control_ = reinterpret_cast<RingControl*>(out_slot_.data());
+  peer_area_ =
+      map_shared(fd, area_offset(static_cast<int>(peer_control_->slots), endpoint_.ring_bytes),
+                 area_bytes, why, false);
+  if (!peer_area_) return false;
 
   // The ring we read: slot `peer` of our segment. We are its consumer and initialise it.
   in_slot_ = map_shared(own_segment_fd, slot_offset(peer_, own_ring_bytes),

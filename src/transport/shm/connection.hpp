@@ -35,6 +35,8 @@ class Connection {
   bool reads_by_reference() const { return reads_by_reference_; }
   bool peer_reads_by_reference() const { return peer_reads_by_reference_; }
   const std::string& single_copy_note() const { return single_copy_note_; }
+  // The peer's shared area, mapped read-only (area_bytes).
+  const char* peer_area() const { return peer_area_.data(); }
 
   // Maps both rings and initialises ours. False (with the reason) when it cannot.
   bool attach(int own_segment_fd, std::size_t own_ring_bytes, bool try_single_copy,
@@ -129,6 +131,7 @@ class Connection {
   Mapping peer_control_page_;  // the peer's SegmentControl (its sleeping flag)
   Mapping out_slot_;           // our ring in the peer's segment
   Mapping in_slot_;            // the peer's ring in our segment
+  Mapping peer_area_;          // the peer's shared area (read-only)
   SegmentControl* peer_control_ = nullptr;
   RingControl* out_control_ = nullptr;
   RingControl* in_control_ = nullptr;

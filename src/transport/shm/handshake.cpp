@@ -101,9 +101,9 @@ Mapping::~Mapping() {
   if (address_) ::munmap(address_, bytes_);
 }
 
-Mapping map_shared(int fd, std::size_t offset, std::size_t bytes, std::string* why) {
-  void* p =
-      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+Mapping map_shared(int fd, std::size_t offset, std::size_t bytes, std::string* why, bool writable) {
+  void* p = ::mmap(nullptr, bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd,
+                   static_cast<off_t>(offset));
   if (p == MAP_FAILED) {
     if (why)
       *why = "mmap of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +

@@ -2,11 +2,13 @@
 // "Shared memory").
 //
 // Every rank owns one segment: an anonymous memfd (it has no name, so nothing is left in
-// /dev/shm whatever happens to the process) holding a control page and one ring slot per rank
-// of the communicator; slot s is the ring rank s writes to us. A slot's pages are touched only
-// once its producer talks to us, so the unused ones cost no memory. The rank publishes its pid
-// and the memfd's number through the bootstrap store; a peer maps the slot it writes to through
-// /proc/<pid>/fd/<n> (as UCX's posix transport does), after checking the layout version.
+// /dev/shm whatever happens to the process) holding a control page, one ring slot per rank
+// of the communicator (slot s is the ring rank s writes to us), and the rank's shared area
+// (Transport::own_area: only this rank writes it, every same-host peer maps it read-only). A slot's
+// pages are touched only once its producer talks to us, so the unused ones cost no memory. The rank
+// publishes its pid and the memfd's number through the bootstrap store; a peer maps the slot it
+// writes to through /proc/<pid>/fd/<n> (as UCX's posix transport does), after checking the layout
+// version.
 #pragma once
 
 #include <atomic>
@@ -19,7 +21,7 @@
 namespace anview::transport::shm {
 
 inline constexpr std::uint32_t segment_magic = 0x53564e41;  // "ANVS"
-inline constexpr std::uint32_t segment_version = 1;
+inline constexpr std::uint32_t segment_version = 2;
 inline constexpr std::size_t page_bytes = 4096;
 
 // The first page of a segment.
@@ -27,7 +29,7 @@ struct SegmentControl {
   std::uint32_t magic;
   std::uint32_t version;
   std::uint32_t slots;
-  std::uint32_t reserved;
+  std::uint32_t area_bytes;  // the shared area after the last slot
   std::uint64_t ring_bytes;
   // Set by the owner before it sleeps in the kernel, cleared when it wakes; whoever gives the
   // owner work (data in its inbound rings, space in its outbound rings) swaps it to 0 and, if it
@@ -40,6 +42,12 @@ inline std::size_t slot_bytes(std::size_t ring_bytes) {
 }
 inline std::size_t slot_offset(int slot, std::size_t ring_bytes) {
   return page_bytes + static_cast<std::size_t>(slot) * slot_bytes(ring_bytes);
+}
+
+// The shared area: two collective slots of a cache line of header and 64 KiB of data.
+inline constexpr std::size_t area_bytes = 33 * page_bytes;
+inline std::size_t area_offset(int slots, std::size_t ring_bytes) {
+  return slot_offset(slots, ring_bytes);
 }
 
 // What a rank publishes for the shm transport (PeerInfo::endpoints["shm"]).
@@ -74,7 +82,8 @@ class Mapping {
 
 // Maps `bytes` at `offset` of the segment file `fd`; on failure returns an empty mapping and
 // sets `why`.
-Mapping map_shared(int fd, std::size_t offset, std::size_t bytes, std::string* why);
+Mapping map_shared(int fd, std::size_t offset, std::size_t bytes, std::string* why,
+                   bool writable = true);
 
 // Opens another process's segment through /proc/<pid>/fd/<fd>; -1 and `why` on failure.
 int open_peer_segment(int pid, int fd, std::string* why);

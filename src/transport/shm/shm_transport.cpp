@@ -151,7 +151,7 @@ ShmTransport::ShmTransport(const TransportContext& context)
   // next transport in ANVIEW_TRANSPORTS serves the peers. (Each step below says why it failed,
   // so there is no separate usable_here() probe at start-up.)
   segment_ = base::Fd(::memfd_create("anview-shm", MFD_CLOEXEC));
-  const std::size_t bytes = slot_offset(context.world_size, ring_bytes_);
+  const std::size_t bytes = area_offset(context.world_size, ring_bytes_) + area_bytes;
   if (!segment_.valid() || ::ftruncate(segment_.get(), static_cast<off_t>(bytes)) != 0) {
     unusable_ = "cannot create a segment of " + std::to_string(bytes) +
                 " bytes: " + base::errno_text(errno);
@@ -164,6 +164,13 @@ ShmTransport::ShmTransport(const TransportContext& context)
   own_control_->version = segment_version;
   own_control_->slots = static_cast<std::uint32_t>(context.world_size);
   own_control_->ring_bytes = ring_bytes_;
+  own_control_->area_bytes = static_cast<std::uint32_t>(area_bytes);
+  own_area_ = map_shared(segment_.get(), area_offset(context.world_size, ring_bytes_), area_bytes,
+                         &unusable_);
+  if (!own_area_) {
+    own_control_ = nullptr;
+    return;
+  }
   own_control_->sleeping.store(0, std::memory_order_relaxed);
 
   wake_socket_ = base::Fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -428,6 +435,16 @@ void ShmTransport::fail_link(int peer, const Error& error) {
 const PeerMemory* ShmTransport::peer_memory(int peer) const {
   if (peer < 0 || static_cast<std::size_t>(peer) >= peers_.size()) return nullptr;
   return peers_[static_cast<std::size_t>(peer)].reader.get();
+}
+
+SharedArea ShmTransport::own_area() {
+  return own_area_ ? SharedArea{own_area_.data(), area_bytes} : SharedArea{};
+}
+
+const char* ShmTransport::peer_area(int peer) const {
+  if (peer < 0 || static_cast<std::size_t>(peer) >= peers_.size()) return nullptr;
+  const PeerLink& link = peers_[static_cast<std::size_t>(peer)];
+  return link.conn && link.was_up ? link.conn->peer_area() : nullptr;
 }
 
 void ShmTransport::fail_peer(int peer, const Error& error) {

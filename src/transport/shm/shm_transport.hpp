@@ -41,6 +41,8 @@ class ShmTransport final : public Transport, private base::FdHandler {
   void shutdown(base::Deadline deadline) override;
   std::string describe_peer(int peer) const override;
   const PeerMemory* peer_memory(int peer) const override;
+  SharedArea own_area() override;
+  const char* peer_area(int peer) const override;
 
   // Whether this machine lets the transport run at all (memfd, mmap, a wake-up socket).
   static bool usable_here(std::string* why);
@@ -85,6 +87,7 @@ class ShmTransport final : public Transport, private base::FdHandler {
   std::string unusable_;  // why the transport cannot run here (empty: it can)
   base::Fd segment_;
   Mapping own_control_page_;
+  Mapping own_area_;
   SegmentControl* own_control_ = nullptr;
   base::Fd wake_socket_;
   std::string wake_name_;

@@ -1,0 +1,192 @@
+#include "collectives/shared.hpp"
+
+#include <sched.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "base/clock.hpp"
+#include "collectives/reduce.hpp"
+#include "collectives/steps.hpp"
+
+namespace anview::collectives {
+namespace {
+
+enum class Kind : std::uint32_t { allreduce = 1, broadcast = 2, barrier = 3 };
+
+// The first cache line of a slot; the payload follows it.
+struct alignas(64) SlotHeader {
+  std::atomic<std::uint64_t> seq;  // the call whose contribution the slot holds (0: none yet)
+  std::uint64_t count;             // what the call was, for the mismatch check
+  Kind kind;
+  std::uint32_t type;
+  std::uint32_t op;
+  std::int32_t root;
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "flags shared between processes");
+static_assert(sizeof(SlotHeader) == 64);
+
+// Tells the CPU this is a spin-wait (saves power, and the sibling hyperthread gets the core).
+inline void spin_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+constexpr std::size_t slot_stride = sizeof(SlotHeader) + shared_slot_payload;
+
+const char* kind_name(Kind k) {
+  return k == Kind::allreduce ? "allreduce" : k == Kind::broadcast ? "broadcast" : "barrier";
+}
+
+// What a slot says about its call, for error messages.
+std::string describe(const SlotHeader& h) {
+  std::string text = kind_name(h.kind);
+  if (h.kind != Kind::barrier) {
+    text.append(" of ").append(std::to_string(h.count)).append(" ");
+    text.append(name_of(static_cast<DataType>(h.type)));
+  }
+  if (h.kind == Kind::allreduce) text.append(" ").append(name_of(static_cast<ReduceOp>(h.op)));
+  if (h.kind == Kind::broadcast) text.append(" from root ").append(std::to_string(h.root));
+  return text;
+}
+
+class Slots {
+ public:
+  Slots(Call& call, const SharedAreas& areas, std::uint64_t seq)
+      : call_(call), areas_(areas), seq_(seq) {}
+
+  // Writes this rank's contribution and raises its flag.
+  void publish(Kind kind, const void* data, std::size_t bytes, std::uint64_t count, DataType type,
+               ReduceOp op, int root) {
+    char* slot = areas_.own + (seq_ % 2) * slot_stride;
+    if (bytes > 0) std::memcpy(slot + sizeof(SlotHeader), data, bytes);
+    auto* h = reinterpret_cast<SlotHeader*>(slot);
+    h->count = count;
+    h->kind = kind;
+    h->type = static_cast<std::uint32_t>(type);
+    h->op = static_cast<std::uint32_t>(op);
+    h->root = root;
+    h->seq.store(seq_, std::memory_order_release);
+    mine_ = h;
+  }
+
+  // Waits until every peer published this call, and checks it was called like this rank.
+  void wait_all() {
+    for (int i = 1; i < call_.size; ++i) wait_for(mod(call_.rank + i, call_.size));
+  }
+
+  // Rank r's payload of this call (this rank's too: its own slot).
+  const char* payload(int r) const { return slot(r) + sizeof(SlotHeader); }
+
+ private:
+  const char* slot(int r) const {
+    const char* area = r == call_.rank ? areas_.own : areas_.peers[static_cast<std::size_t>(r)];
+    return area + (seq_ % 2) * slot_stride;
+  }
+  const SlotHeader* header(int r) const { return reinterpret_cast<const SlotHeader*>(slot(r)); }
+
+  // True once `peer` published this call; raises a usage Error if it published another.
+  bool published(int peer) const {
+    const SlotHeader& h = *header(peer);
+    const std::uint64_t seq = h.seq.load(std::memory_order_acquire);
+    if (seq < seq_) return false;
+    if (seq > seq_) {
+      mismatch(peer, "rank " + std::to_string(peer) + " is at its same-host collective #" +
+                         std::to_string(seq) + " where this rank is at #" + std::to_string(seq_) +
+                         ": the ranks did not call the same collectives");
+    }
+    if (h.kind != mine_->kind || h.count != mine_->count || h.type != mine_->type ||
+        h.op != mine_->op || h.root != mine_->root) {
+      mismatch(peer, "rank " + std::to_string(peer) + " called " + describe(h) + ", rank " +
+                         std::to_string(call_.rank) + " " + describe(*mine_) +
+                         ": every rank must call each collective with the same arguments");
+    }
+    return true;
+  }
+
+  [[noreturn]] void mismatch(int peer, std::string cause) const {
+    throw Error(ErrorKind::usage, {.rank = call_.rank,
+                                   .peer = peer,
+                                   .operation = call_.operation(),
+                                   .cause = std::move(cause)});
+  }
+
+  // Spins, then yields the CPU (at once where the ranks outnumber the CPUs: the peer waited
+  // for may need this one), then naps (a peer that comes late costs little); drives the
+  // communicator's progress now and then (so peers are served and a dead peer is noticed) and
+  // gives up at the call's deadline naming the peer it waits for.
+  void wait_for(int peer) {
+    if (published(peer)) return;
+    const auto start = base::Clock::now();
+    auto next_check = start;
+    for (unsigned round = 0;; ++round) {
+      for (int i = 0; i < 64; ++i) {
+        if (published(peer)) return;
+        spin_pause();
+      }
+      const auto now = base::Clock::now();
+      if (now < next_check) continue;
+      next_check = now + std::chrono::microseconds(100);
+      call_.messenger.progress();
+      if (auto failure = call_.messenger.first_peer_failure()) rethrow(call_, *failure);
+      const auto waited = now - start;
+      if (waited >= call_.timeout) {
+        throw Error(ErrorKind::timeout,
+                    {.rank = call_.rank,
+                     .peer = peer,
+                     .operation = call_.operation(),
+                     .cause = "rank " + std::to_string(peer) + " did not reach the call in " +
+                              std::to_string(call_.timeout.count()) +
+                              " ms (same-host collective #" + std::to_string(seq_) + ")"});
+      }
+      if (waited > std::chrono::milliseconds(2))
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      else if (areas_.crowded || waited > std::chrono::microseconds(50))
+        ::sched_yield();
+    }
+  }
+
+  Call& call_;
+  const SharedAreas& areas_;
+  std::uint64_t seq_;
+  const SlotHeader* mine_ = nullptr;
+};
+
+}  // namespace
+
+std::size_t shared_area_needed() {
+  return 2 * slot_stride;
+}
+
+void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, const void* send,
+                      void* recv, std::size_t count, DataType type, ReduceOp op) {
+  const std::size_t bytes = count * size_of(type);
+  Slots slots(call, areas, seq);
+  slots.publish(Kind::allreduce, send, bytes, count, type, op, -1);
+  slots.wait_all();
+  reduce_to(recv, slots.payload(0), slots.payload(1), count, type, op);
+  for (int r = 2; r < call.size; ++r) reduce_into(recv, slots.payload(r), count, type, op);
+  if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
+}
+
+void broadcast_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, void* data,
+                      std::size_t bytes, int root) {
+  Slots slots(call, areas, seq);
+  slots.publish(Kind::broadcast, call.rank == root ? data : nullptr, call.rank == root ? bytes : 0,
+                bytes, DataType::uint8, ReduceOp::sum, root);
+  slots.wait_all();
+  if (call.rank != root && bytes > 0) std::memcpy(data, slots.payload(root), bytes);
+}
+
+void barrier_shared(Call& call, const SharedAreas& areas, std::uint64_t seq) {
+  Slots slots(call, areas, seq);
+  slots.publish(Kind::barrier, nullptr, 0, 0, DataType::uint8, ReduceOp::sum, -1);
+  slots.wait_all();
+}
+
+}  // namespace anview::collectives
