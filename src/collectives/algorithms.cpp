@@ -14,8 +14,9 @@ using p2p::RequestPtr;
 
 // Sends `scount` elements to `to` while receiving `rcount` from `from` and reducing them into
 // `target`, cut into chunks of `chunk_bytes`: the reduction of one chunk overlaps the transfer
-// of the next, and the chunk being reduced is still in cache. Both sides cut the same message
-// the same way (the sender's segment is the receiver's), so chunks match one to one.
+// of the next. Both sides cut the same message the same way (the sender's segment is the
+// receiver's), so chunks match one to one. Every receive is posted before any send, so no
+// chunk arrives unexpected (an unexpected chunk costs an allocation and a second copy).
 void exchange_reduce(Call& call, const char* source, std::size_t scount, int to, char* target,
                      std::size_t rcount, int from, DataType type, ReduceOp op,
                      std::size_t chunk_bytes) {
@@ -23,16 +24,15 @@ void exchange_reduce(Call& call, const char* source, std::size_t scount, int to,
   const std::size_t per_chunk = std::max<std::size_t>(chunk_bytes / esize, 1);
   const std::size_t rchunks = (rcount + per_chunk - 1) / per_chunk;
   const std::size_t schunks = (scount + per_chunk - 1) / per_chunk;
-  char* buffers = call.scratch_bytes(2 * per_chunk * esize);
+  char* incoming = call.scratch_bytes(rcount * esize);
   auto chunk_count = [&](std::size_t total, std::size_t k) {
     return std::min(per_chunk, total - k * per_chunk);
   };
   std::vector<RequestPtr> recvs(rchunks);
-  auto post = [&](std::size_t k) {
-    recvs[k] = post_recv(call, buffers + (k % 2) * per_chunk * esize,
-                         chunk_count(rcount, k) * esize, from);
-  };
-  for (std::size_t k = 0; k < std::min<std::size_t>(rchunks, 2); ++k) post(k);
+  for (std::size_t k = 0; k < rchunks; ++k) {
+    recvs[k] =
+        post_recv(call, incoming + k * per_chunk * esize, chunk_count(rcount, k) * esize, from);
+  }
   std::vector<RequestPtr> sends;
   sends.reserve(schunks);
   for (std::size_t k = 0; k < schunks; ++k)
@@ -42,8 +42,7 @@ void exchange_reduce(Call& call, const char* source, std::size_t scount, int to,
     const std::size_t n = chunk_count(rcount, k);
     wait(call, recvs[k]);
     check_size(call, recvs[k], n * esize, from);
-    reduce_into(target + k * per_chunk * esize, buffers + (k % 2) * per_chunk * esize, n, type, op);
-    if (k + 2 < rchunks) post(k + 2);
+    reduce_into(target + k * per_chunk * esize, incoming + k * per_chunk * esize, n, type, op);
   }
   for (auto& r : sends) wait(call, r);
 }

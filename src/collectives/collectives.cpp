@@ -32,7 +32,7 @@ const base::Setting shared_allreduce_setting(
     "rank is on one host with the shm transport: no messages, a few cache-line transfers");
 
 const base::Setting chunk_setting(
-    "collectives", "ANVIEW_COLL_CHUNK", "64K",
+    "collectives", "ANVIEW_COLL_CHUNK", "256K",
     "Reducing ring steps move and reduce data in chunks of this size, so the reduction of one "
     "overlaps the transfer of the next");
 

@@ -26,14 +26,12 @@ void Messenger::protocol_error(int peer, const std::string& cause) {
   peers_[static_cast<std::size_t>(peer)].transport->fail_peer(peer, error);
 }
 
-transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h,
-                                       bool may_defer) {
+transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h, bool may_defer) {
   if (closed_) return {};
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   auto find_posted = [&]() -> RequestPtr { return posted_.find(peer, h.tag, true); };
   auto over_budget = [&](std::size_t cost) {
-    return may_defer && ps.unexpected_bytes > 0 &&
-           ps.unexpected_bytes + cost > unexpected_limit_;
+    return may_defer && ps.unexpected_bytes > 0 && ps.unexpected_bytes + cost > unexpected_limit_;
   };
 
   switch (static_cast<FrameType>(h.type)) {
@@ -60,9 +58,14 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
         ps.eager_target = std::move(recv);
         return {.data = landing, .defer = false};
       }
-      Unexpected u{.source = peer, .tag = h.tag, .bytes = h.payload_bytes, .rendezvous = false,
-                   .sender_id = 0, .data = std::make_unique<char[]>(h.payload_bytes),
-                   .complete = false, .waiting = nullptr};
+      Unexpected u{.source = peer,
+                   .tag = h.tag,
+                   .bytes = h.payload_bytes,
+                   .rendezvous = false,
+                   .sender_id = 0,
+                   .data = std::make_unique_for_overwrite<char[]>(h.payload_bytes),
+                   .complete = false,
+                   .waiting = nullptr};
       char* landing = u.data.get();
       ps.eager_unexpected = unexpected_.push(std::move(u));
       ps.unexpected_bytes += h.payload_bytes;
@@ -83,9 +86,14 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
         ps.deferred = true;
         return {.data = nullptr, .defer = true};
       }
-      unexpected_.push(Unexpected{.source = peer, .tag = h.tag, .bytes = h.arg,
-                                       .rendezvous = true, .sender_id = h.id, .data = nullptr,
-                                       .complete = true, .waiting = nullptr});
+      unexpected_.push(Unexpected{.source = peer,
+                                  .tag = h.tag,
+                                  .bytes = h.arg,
+                                  .rendezvous = true,
+                                  .sender_id = h.id,
+                                  .data = nullptr,
+                                  .complete = true,
+                                  .waiting = nullptr});
       ps.unexpected_bytes += rts_record_bytes;
       return {};
     }
@@ -98,11 +106,11 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
       RequestPtr send = std::move(it->second);
       sends_.erase(it);
       if (h.flags & cts_reject) {
-        complete(*send, request_error(*send, ErrorKind::usage,
-                                      "rank " + std::to_string(peer) +
-                                          " posted a receive buffer of " + std::to_string(h.arg) +
-                                          " bytes for this " + std::to_string(send->send_bytes) +
-                                          "-byte message"));
+        complete(*send,
+                 request_error(*send, ErrorKind::usage,
+                               "rank " + std::to_string(peer) + " posted a receive buffer of " +
+                                   std::to_string(h.arg) + " bytes for this " +
+                                   std::to_string(send->send_bytes) + "-byte message"));
       } else {
         send_data(send, h.arg);
       }
@@ -110,11 +118,11 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
     }
     case FrameType::data: {
       auto it = recvs_.find(h.id);
-      if (it == recvs_.end() || it->second->status.source != peer ||
-          h.arg > it->second->expected || h.payload_bytes > it->second->expected - h.arg) {
+      if (it == recvs_.end() || it->second->status.source != peer || h.arg > it->second->expected ||
+          h.payload_bytes > it->second->expected - h.arg) {
         protocol_error(peer, "data frame for unknown receive " + std::to_string(h.id) +
-                                 " or outside its message (offset " + std::to_string(h.arg) +
-                                 ", " + std::to_string(h.payload_bytes) + " bytes)");
+                                 " or outside its message (offset " + std::to_string(h.arg) + ", " +
+                                 std::to_string(h.payload_bytes) + " bytes)");
         return {};
       }
       return {.data = it->second->recv_data + h.arg, .defer = false};
