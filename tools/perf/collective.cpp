@@ -182,6 +182,11 @@ Sample measure(anview::Communicator& comm, const CollectiveOptions& o, std::size
 
 }  // namespace
 
+const std::vector<const char*>& collective_names() {
+  static const std::vector<const char*> names(std::begin(collectives), std::end(collectives));
+  return names;
+}
+
 bool is_collective(const std::string& op) {
   return std::find(std::begin(collectives), std::end(collectives), op) != std::end(collectives);
 }

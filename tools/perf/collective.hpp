@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "anview/anview.hpp"
 
@@ -24,6 +25,8 @@ struct CollectiveOptions {
 };
 
 bool is_collective(const std::string& op);
+// Every collective anview-perf measures, in the order `all` runs them.
+const std::vector<const char*>& collective_names();
 // Runs the sweep on every rank; rank 0 prints. Returns the number of wrong results.
 long run_collective(anview::Communicator& comm, const CollectiveOptions& o);
 

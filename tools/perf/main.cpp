@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -38,6 +39,7 @@ struct Options {
   int window = 0;    // 0: automatic
   bool check = false;
   bool in_place = false;
+  std::string algo;
   bool json = false;
   std::string dtype = "float32";
   std::string redop = "sum";
@@ -202,11 +204,13 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"anview-perf: point-to-point latency and bandwidth between rank 0 and rank 1"};
   app.add_option("op", o.op,
-                 "pingpong, bw, or a collective: allreduce, broadcast, reduce, "
-                 "allgather, reduce_scatter, alltoall, barrier")
+                 "pingpong, bw, a collective (allreduce, broadcast, reduce, allgather, "
+                 "reduce_scatter, alltoall, barrier), or all (every collective in turn)")
       ->required()
       ->check(CLI::IsMember({"pingpong", "bw", "allreduce", "broadcast", "reduce", "allgather",
-                             "reduce_scatter", "alltoall", "barrier"}));
+                             "reduce_scatter", "alltoall", "barrier", "all"}));
+  app.add_option("-a,--algo", o.algo,
+                 "collectives: force this algorithm for the collective (sets ANVIEW_ALGO)");
   app.add_option("-d,--dtype", o.dtype, "collectives: element type (float32, int32, ...)");
   app.add_option("-o,--redop", o.redop, "collectives: sum, prod, min, max, avg, band, bor, bxor");
   app.add_option("-r,--root", o.root, "broadcast and reduce: the root rank");
@@ -222,11 +226,16 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (!o.algo.empty()) {
+      if (!perf::is_collective(o.op) || o.op == "all")
+        throw std::runtime_error("-a applies to one collective, not " + o.op);
+      ::setenv("ANVIEW_ALGO", (o.op + "=" + o.algo).c_str(), 1);  // read by the communicator
+    }
     const auto min_bytes = static_cast<std::size_t>(anview::base::parse_size(o.min_size, "-b"));
     const auto max_bytes = static_cast<std::size_t>(anview::base::parse_size(o.max_size, "-e"));
     if (o.factor <= 1.0) throw std::runtime_error("-f must be > 1");
     auto comm = anview::Communicator::from_env();
-    if (perf::is_collective(o.op)) {
+    if (perf::is_collective(o.op) || o.op == "all") {
       perf::CollectiveOptions c{.op = o.op,
                                 .min_bytes = min_bytes,
                                 .max_bytes = max_bytes,
@@ -248,7 +257,14 @@ int main(int argc, char** argv) {
       if (!op_ok) throw std::runtime_error("unknown -o " + o.redop);
       if (o.in_place && o.op != "allreduce" && o.op != "allgather")
         throw std::runtime_error("--inplace applies to allreduce and allgather only");
-      return perf::run_collective(comm, c) == 0 ? 0 : 1;
+      if (o.op != "all") return perf::run_collective(comm, c) == 0 ? 0 : 1;
+      long wrong = 0;
+      for (const char* op : perf::collective_names()) {
+        c.op = op;
+        wrong += perf::run_collective(comm, c);
+        if (comm.rank() == 0 && !o.json) std::printf("\n");
+      }
+      return wrong == 0 ? 0 : 1;
     }
     if (comm.size() < 2) {
       std::cerr << "anview-perf: needs at least 2 ranks (e.g. anview-run -n 2 anview-perf " << o.op
