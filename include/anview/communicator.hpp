@@ -67,12 +67,13 @@ class Communicator {
               std::optional<std::chrono::milliseconds> timeout = {});
 
   // Collectives. Every rank calls the same collectives in the same order, with the same
-  // count, type, operation and root (MPI's rule); one thread at a time per communicator. A
-  // message of the wrong size is reported as a protocol Error naming the call and the peer;
-  // other mismatches are not detected yet and end in the timeout, which names the call, the
-  // peer and what it waits for. `count` is in elements of `type`; passing the same buffer as send and receive works in
-  // place (except alltoall). Each step waits up to the communicator's timeout; a failure names
-  // the call ("allreduce #12"), the peer and the cause.
+  // count, type, operation and root (MPI's rule); one thread at a time per communicator. On
+  // one host, differing arguments are a usage Error naming the peer at once; elsewhere a
+  // message of the wrong size is a protocol Error naming the call and the peer, and other
+  // mismatches end in the timeout, which names the call, the peer and what it waits for. `count` is
+  // in elements of `type`; passing the same buffer as send and receive works in place (except
+  // alltoall). Each step waits up to the communicator's timeout; a failure names the call
+  // ("allreduce #12"), the peer and the cause.
   void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
   void allreduce(void* data, std::size_t count, DataType type, ReduceOp op) {
     allreduce(data, data, count, type, op);
@@ -84,8 +85,7 @@ class Communicator {
   // `recv` holds size() blocks of `count` elements; block r comes from rank r.
   void allgather(const void* send, void* recv, std::size_t count, DataType type);
   // `send` holds size() blocks of `count`; this rank receives the reduction of block rank().
-  void reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
-                      ReduceOp op);
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
   // `recv` (root only) holds size() blocks of `count`, block r from rank r.
   void gather(const void* send, void* recv, std::size_t count, DataType type, int root);
   // `send` (root only) holds size() blocks of `count`; rank r receives block r.
@@ -93,6 +93,27 @@ class Communicator {
   // `send` holds size() blocks of `count`: block r goes to rank r; `recv` gets block r from r.
   void alltoall(const void* send, void* recv, std::size_t count, DataType type);
   void barrier();
+
+  // Nonblocking collectives: the same operations, started at once and run in call order on the
+  // communicator's collective thread (created on the first one), so computation can overlap
+  // them. The Request completes when the collective has, with the result's size in
+  // status().bytes, or with its Error; wait(), test(), on_complete() and co_await work as for
+  // point-to-point requests. Buffers must stay valid and untouched until then. Blocking
+  // collectives issued meanwhile queue behind them: every rank must issue its collectives,
+  // blocking or not, in the same order.
+  Request iallreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  Request iallreduce(void* data, std::size_t count, DataType type, ReduceOp op) {
+    return iallreduce(data, data, count, type, op);
+  }
+  Request ibroadcast(void* data, std::size_t count, DataType type, int root);
+  Request ireduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                  int root);
+  Request iallgather(const void* send, void* recv, std::size_t count, DataType type);
+  Request ireduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                          ReduceOp op);
+  Request ialltoall(const void* send, void* recv, std::size_t count, DataType type);
+  Request ibarrier();
+
   // A new communicator of the ranks that pass the same `color` (>= 0), ranked by `key` (ties:
   // by rank here). Every rank calls it, like a collective. The new communicator is
   // independent: its own connections, tags and collective sequence.

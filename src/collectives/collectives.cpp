@@ -98,7 +98,7 @@ void Collectives::check_buffer(const Call& call, const void* p, std::size_t byte
 }
 
 int Collectives::local_placement() const {
-  if (!local_placement_) {
+  std::call_once(placement_once_, [this] {
     const int n = messenger_.size();
     peer_memories_.assign(static_cast<std::size_t>(n), nullptr);
     shared_areas_ = SharedAreas{};
@@ -117,24 +117,25 @@ int Collectives::local_placement() const {
       share_all = share_all && shared_areas_.peers[u] != nullptr;
     }
     local_placement_ = (read_all ? reads_peers : 0) | (share_all ? shares_memory : 0);
-  }
-  return *local_placement_;
+  });
+  return local_placement_;
 }
 
 int Collectives::placement() {
-  if (!agreed_placement_) {
+  if (agreed_placement_.load(std::memory_order_acquire) < 0) {
     Call call = begin("placement agreement");
     std::int32_t bits = local_placement();
     run_guarded(call, [&] {
       allreduce_recursive_doubling(call, &bits, 1, DataType::int32, ReduceOp::band);
     });
-    agreed_placement_ = bits;
+    agreed_placement_.store(bits, std::memory_order_release);
   }
-  return *agreed_placement_;
+  return agreed_placement_.load(std::memory_order_acquire);
 }
 
 bool Collectives::placement_allows(int bit) const {
-  return (agreed_placement_.value_or(local_placement()) & bit) != 0;
+  const int agreed = agreed_placement_.load(std::memory_order_acquire);
+  return ((agreed >= 0 ? agreed : local_placement()) & bit) != 0;
 }
 
 std::string Collectives::allreduce_choice(std::size_t bytes, std::string* why) const {

@@ -4,7 +4,9 @@
 // cause.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,10 +64,13 @@ class Collectives {
   std::size_t small_allreduce_bytes_;
   std::size_t direct_allreduce_bytes_;
   std::size_t shared_allreduce_bytes_;
-  mutable std::optional<int> local_placement_;
+  // Placement state is read by algorithm() from any thread while collectives run on another
+  // (the nonblocking collectives' worker): set once (call_once), agreed once (atomic, -1 until).
+  mutable std::once_flag placement_once_;
+  mutable int local_placement_ = 0;
   mutable PeerMemories peer_memories_;
   mutable SharedAreas shared_areas_;
-  std::optional<int> agreed_placement_;
+  std::atomic<int> agreed_placement_{-1};
   std::uint64_t shared_calls_ = 0;       // numbers the shared-memory calls (shared.hpp)
   std::size_t chunk_bytes_;              // ANVIEW_COLL_CHUNK
   std::vector<p2p::RequestPtr> posted_;  // the current call's requests

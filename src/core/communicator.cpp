@@ -28,8 +28,10 @@ std::uint64_t agree_on_job_id(Store& store, const std::string& prefix, int rank,
   try {
     return std::stoull(text);
   } catch (const std::exception&) {
-    throw Error(ErrorKind::protocol, {.rank = rank, .operation = "bootstrap",
-                                      .cause = "the store's job id '" + text + "' is not a number"});
+    throw Error(ErrorKind::protocol,
+                {.rank = rank,
+                 .operation = "bootstrap",
+                 .cause = "the store's job id '" + text + "' is not a number"});
   }
 }
 
@@ -39,19 +41,21 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
                                    const CommunicatorOptions& options)
     : store_(std::move(store)), prefix_(options.store_prefix) {
   if (size < 1 || rank < 0 || rank >= size) {
-    throw Error(ErrorKind::usage, {.rank = rank, .operation = "create",
-                                   .cause = "rank " + std::to_string(rank) +
-                                            " is not in a communicator of size " +
-                                            std::to_string(size)});
+    throw Error(ErrorKind::usage,
+                {.rank = rank,
+                 .operation = "create",
+                 .cause = "rank " + std::to_string(rank) + " is not in a communicator of size " +
+                          std::to_string(size)});
   }
   base::set_log_rank(rank);
-  const auto timeout = options.timeout.count() > 0 ? options.timeout
-                                                   : base::timeout_setting().as_duration();
-  p2p::MessengerConfig config{.rank = rank,
-                              .world_size = size,
-                              .job_id = agree_on_job_id(store_, options.store_prefix, rank, timeout),
-                              .host_id = bootstrap::host_id(),
-                              .timeout = timeout};
+  const auto timeout =
+      options.timeout.count() > 0 ? options.timeout : base::timeout_setting().as_duration();
+  p2p::MessengerConfig config{
+      .rank = rank,
+      .world_size = size,
+      .job_id = agree_on_job_id(store_, options.store_prefix, rank, timeout),
+      .host_id = bootstrap::host_id(),
+      .timeout = timeout};
   messenger_ = std::make_shared<p2p::Messenger>(config);
   collectives_ = std::make_unique<collectives::Collectives>(*messenger_);
   const auto peers =
@@ -59,7 +63,41 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
   messenger_->connect(peers);
 }
 
-CommunicatorImpl::~CommunicatorImpl() { messenger_->shutdown(); }
+CommunicatorImpl::~CommunicatorImpl() {
+  worker_.reset();  // its collectives use collectives_ and the messenger
+  messenger_->shutdown();
+}
+
+void CommunicatorImpl::run_collective(const char* name, std::function<void()> job) {
+  CollectiveWorker* worker;
+  {
+    std::lock_guard lock(worker_mu_);
+    worker = worker_.get();
+  }
+  if (worker == nullptr) return job();
+  auto request = messenger_->external_request(name);
+  worker->submit(request, 0, std::move(job));
+  // Each step of the collective has its own deadline: wait for as long as it runs.
+  for (;;) {
+    try {
+      messenger_->wait(*request, messenger_->default_timeout());
+      return;
+    } catch (const Error&) {
+      if (request->done.load(std::memory_order_acquire)) throw;  // the collective's own Error
+    }
+  }
+}
+
+Request CommunicatorImpl::start_collective(const char* name, std::size_t bytes,
+                                           std::function<void()> job) {
+  auto request = messenger_->external_request(name);
+  {
+    std::lock_guard lock(worker_mu_);
+    if (!worker_) worker_ = std::make_unique<CollectiveWorker>(*messenger_);
+    worker_->submit(request, bytes, std::move(job));
+  }
+  return Request(std::move(request));
+}
 
 }  // namespace detail
 
@@ -67,8 +105,8 @@ Communicator::Communicator(std::shared_ptr<detail::CommunicatorImpl> impl)
     : impl_(std::move(impl)) {}
 
 Communicator Communicator::create(int rank, int size, Store store, CommunicatorOptions options) {
-  return Communicator(std::make_shared<detail::CommunicatorImpl>(rank, size, std::move(store),
-                                                                 options));
+  return Communicator(
+      std::make_shared<detail::CommunicatorImpl>(rank, size, std::move(store), options));
 }
 
 Communicator Communicator::from_env(CommunicatorOptions options) {
@@ -80,8 +118,12 @@ Communicator Communicator::from_env(CommunicatorOptions options) {
   return create(launch.rank, launch.world_size, std::move(store), std::move(options));
 }
 
-int Communicator::rank() const { return impl_->messenger().rank(); }
-int Communicator::size() const { return impl_->messenger().size(); }
+int Communicator::rank() const {
+  return impl_->messenger().rank();
+}
+int Communicator::size() const {
+  return impl_->messenger().size();
+}
 
 Request Communicator::isend(const void* data, std::size_t bytes, int peer, Tag tag) {
   return Request(impl_->messenger().isend(data, bytes, peer, tag));
@@ -120,46 +162,105 @@ Status Communicator::recv(void* data, std::size_t capacity, int source, Tag tag,
 
 void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
                              ReduceOp op) {
-  impl_->collectives().allreduce(send, recv, count, type, op);
+  impl_->run_collective("allreduce",
+                        [&] { impl_->collectives().allreduce(send, recv, count, type, op); });
 }
 
 void Communicator::broadcast(void* data, std::size_t count, DataType type, int root) {
-  impl_->collectives().broadcast(data, count, type, root);
+  impl_->run_collective("broadcast",
+                        [&] { impl_->collectives().broadcast(data, count, type, root); });
 }
 
 void Communicator::reduce(const void* send, void* recv, std::size_t count, DataType type,
                           ReduceOp op, int root) {
-  impl_->collectives().reduce(send, recv, count, type, op, root);
+  impl_->run_collective("reduce",
+                        [&] { impl_->collectives().reduce(send, recv, count, type, op, root); });
 }
 
 void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type) {
-  impl_->collectives().allgather(send, recv, count, type);
+  impl_->run_collective("allgather",
+                        [&] { impl_->collectives().allgather(send, recv, count, type); });
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
                                   ReduceOp op) {
-  impl_->collectives().reduce_scatter(send, recv, count, type, op);
+  impl_->run_collective("reduce_scatter",
+                        [&] { impl_->collectives().reduce_scatter(send, recv, count, type, op); });
 }
 
 void Communicator::gather(const void* send, void* recv, std::size_t count, DataType type,
                           int root) {
-  impl_->collectives().gather(send, recv, count, type, root);
+  impl_->run_collective("gather",
+                        [&] { impl_->collectives().gather(send, recv, count, type, root); });
 }
 
 void Communicator::scatter(const void* send, void* recv, std::size_t count, DataType type,
                            int root) {
-  impl_->collectives().scatter(send, recv, count, type, root);
+  impl_->run_collective("scatter",
+                        [&] { impl_->collectives().scatter(send, recv, count, type, root); });
 }
 
 void Communicator::alltoall(const void* send, void* recv, std::size_t count, DataType type) {
-  impl_->collectives().alltoall(send, recv, count, type);
+  impl_->run_collective("alltoall",
+                        [&] { impl_->collectives().alltoall(send, recv, count, type); });
 }
 
-void Communicator::barrier() { impl_->collectives().barrier(); }
+void Communicator::barrier() {
+  impl_->run_collective("barrier", [&] { impl_->collectives().barrier(); });
+}
+
+// Nonblocking collectives: the same calls on the communicator's collective thread. Buffers
+// must stay valid until the Request completes; its status' bytes is the result's size here.
+Request Communicator::iallreduce(const void* send, void* recv, std::size_t count, DataType type,
+                                 ReduceOp op) {
+  auto* c = &impl_->collectives();
+  return impl_->start_collective("iallreduce", count * size_of(type),
+                                 [=] { c->allreduce(send, recv, count, type, op); });
+}
+
+Request Communicator::ibroadcast(void* data, std::size_t count, DataType type, int root) {
+  auto* c = &impl_->collectives();
+  return impl_->start_collective("ibroadcast", count * size_of(type),
+                                 [=] { c->broadcast(data, count, type, root); });
+}
+
+Request Communicator::ireduce(const void* send, void* recv, std::size_t count, DataType type,
+                              ReduceOp op, int root) {
+  auto* c = &impl_->collectives();
+  return impl_->start_collective("ireduce", count * size_of(type),
+                                 [=] { c->reduce(send, recv, count, type, op, root); });
+}
+
+Request Communicator::iallgather(const void* send, void* recv, std::size_t count, DataType type) {
+  auto* c = &impl_->collectives();
+  return impl_->start_collective("iallgather",
+                                 count * size_of(type) * static_cast<std::size_t>(size()),
+                                 [=] { c->allgather(send, recv, count, type); });
+}
+
+Request Communicator::ireduce_scatter(const void* send, void* recv, std::size_t count,
+                                      DataType type, ReduceOp op) {
+  auto* c = &impl_->collectives();
+  return impl_->start_collective("ireduce_scatter", count * size_of(type),
+                                 [=] { c->reduce_scatter(send, recv, count, type, op); });
+}
+
+Request Communicator::ialltoall(const void* send, void* recv, std::size_t count, DataType type) {
+  auto* c = &impl_->collectives();
+  return impl_->start_collective("ialltoall",
+                                 count * size_of(type) * static_cast<std::size_t>(size()),
+                                 [=] { c->alltoall(send, recv, count, type); });
+}
+
+Request Communicator::ibarrier() {
+  auto* c = &impl_->collectives();
+  return impl_->start_collective("ibarrier", 0, [=] { c->barrier(); });
+}
 
 Communicator Communicator::split(int color, int key) const {
   if (color < 0) {
-    throw Error(ErrorKind::usage, {.rank = rank(), .operation = "split",
+    throw Error(ErrorKind::usage, {.rank = rank(),
+                                   .operation = "split",
                                    .cause = "color " + std::to_string(color) +
                                             " is negative; colors name groups and are >= 0"});
   }
@@ -168,7 +269,8 @@ Communicator Communicator::split(int color, int key) const {
   // its own prefix, so its connections, tags and sequence numbers are its own.
   const std::int64_t mine[2] = {color, key};
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size()));
-  impl_->collectives().allgather(mine, all.data(), 2, DataType::int64);
+  impl_->run_collective(
+      "split", [&] { impl_->collectives().allgather(mine, all.data(), 2, DataType::int64); });
   std::vector<std::pair<std::int64_t, int>> members;  // (key, old rank) of my color
   for (int r = 0; r < size(); ++r) {
     if (all[2 * static_cast<std::size_t>(r)] == color)
@@ -178,10 +280,10 @@ Communicator Communicator::split(int color, int key) const {
   int new_rank = 0;
   while (members[static_cast<std::size_t>(new_rank)].second != rank()) ++new_rank;
   const std::string prefix = impl_->store_prefix() + "/split" +
-                             std::to_string(impl_->next_split()) + "/color" +
-                             std::to_string(color);
-  Communicator sub = create(new_rank, static_cast<int>(members.size()), impl_->store(),
-                            {.timeout = impl_->messenger().default_timeout(), .store_prefix = prefix});
+                             std::to_string(impl_->next_split()) + "/color" + std::to_string(color);
+  Communicator sub =
+      create(new_rank, static_cast<int>(members.size()), impl_->store(),
+             {.timeout = impl_->messenger().default_timeout(), .store_prefix = prefix});
   base::set_log_rank(rank());  // log lines keep naming this process by its rank in the job
   return sub;
 }
@@ -191,7 +293,9 @@ std::string Communicator::collective_algorithm(std::string_view collective, std:
   return impl_->collectives().algorithm(collective, bytes, why);
 }
 
-void Communicator::progress() { impl_->messenger().progress(); }
+void Communicator::progress() {
+  impl_->messenger().progress();
+}
 
 std::string Communicator::transport_name(int peer) const {
   return impl_->messenger().transport_name(peer);

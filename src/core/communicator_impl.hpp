@@ -2,11 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "anview/communicator.hpp"
 #include "collectives/collectives.hpp"
+#include "core/collective_worker.hpp"
 #include "p2p/messenger.hpp"
 
 namespace anview::detail {
@@ -25,12 +28,21 @@ class CommunicatorImpl {
   // Numbers the splits of this communicator (all ranks split in the same order).
   std::uint64_t next_split() { return ++splits_; }
 
+  // Runs a blocking collective: at once while no nonblocking collective was ever issued, else
+  // on the worker behind everything queued (the order all ranks share), waiting for it.
+  void run_collective(const char* name, std::function<void()> job);
+  // Starts a nonblocking collective on the worker (started on first use); the Request
+  // completes with `bytes` in its status, or with the collective's Error.
+  Request start_collective(const char* name, std::size_t bytes, std::function<void()> job);
+
  private:
   Store store_;
   std::string prefix_;
   std::uint64_t splits_ = 0;
   std::shared_ptr<p2p::Messenger> messenger_;
   std::unique_ptr<collectives::Collectives> collectives_;
+  std::mutex worker_mu_;
+  std::unique_ptr<CollectiveWorker> worker_;  // destroyed before collectives_
 };
 
 }  // namespace anview::detail

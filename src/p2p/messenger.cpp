@@ -139,7 +139,9 @@ Error Messenger::request_error(const RequestImpl& r, ErrorKind kind, std::string
       kind,
       {.rank = config_.rank,
        .peer = r.kind == RequestImpl::Kind::recv && r.status.source >= 0 ? r.status.source : r.peer,
-       .operation = r.kind == RequestImpl::Kind::send ? "send" : "recv",
+       .operation = r.kind == RequestImpl::Kind::external ? r.operation
+                    : r.kind == RequestImpl::Kind::send   ? "send"
+                                                          : "recv",
        // A matched wildcard receive names the tag it matched.
        .tag = to_underlying(r.tag == any_tag && r.status.source >= 0 ? r.status.tag : r.tag),
        .cause = std::move(cause)});
@@ -449,7 +451,30 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
   return request.status;
 }
 
+RequestPtr Messenger::external_request(std::string operation) {
+  auto req =
+      std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::external, -1, Tag{0});
+  req->operation = std::move(operation);
+  req->status.source = config_.rank;
+  return req;
+}
+
+void Messenger::finish_external(RequestImpl& request, std::optional<Error> error,
+                                std::size_t bytes) {
+  Completions completed;
+  {
+    Lock lock(mu_);
+    request.status.bytes = bytes;
+    complete(request, std::move(error));
+    take_completed(completed);
+  }
+  run_callbacks(completed);
+  // A waiter may drive progress asleep in epoll: it must look at its request again.
+  if (driving_.load(std::memory_order_seq_cst)) engine_.wakeup();
+}
+
 std::string Messenger::describe_wait(const RequestImpl& r) const {
+  if (r.kind == RequestImpl::Kind::external) return r.operation + " has not finished";
   const std::string peer = r.peer == any_source ? "any rank" : "rank " + std::to_string(r.peer);
   if (r.kind == RequestImpl::Kind::recv) {
     if (r.phase == RequestImpl::Phase::matched) {

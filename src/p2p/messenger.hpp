@@ -75,6 +75,12 @@ class Messenger final : public transport::FrameSink,
   bool send_now(const void* data, std::size_t bytes, int peer, Tag tag);
   RequestPtr irecv(void* data, std::size_t capacity, int source, Tag tag, bool internal = false);
 
+  // A request that a layer above completes (finish_external), e.g. a nonblocking collective
+  // run by a worker thread; `operation` ("allreduce #3") names it in errors and waits.
+  RequestPtr external_request(std::string operation);
+  // Completes it (once) with `bytes` in its status, or with `error`; wakes its waiters.
+  void finish_external(RequestImpl& request, std::optional<Error> error, std::size_t bytes);
+
   bool test(RequestImpl& request);
   // Raises Error(timeout) at the deadline (the request stays pending), or the request's Error.
   Status wait(RequestImpl& request, std::chrono::milliseconds timeout);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "anview/request.hpp"
 
@@ -19,11 +20,13 @@ namespace anview::detail {
 
 class RequestImpl : public std::enable_shared_from_this<RequestImpl> {
  public:
-  enum class Kind : std::uint8_t { send, recv };
+  // external: completed by a layer above p2p (a collective on its worker thread), never by a
+  // transport; `peer` is -1 and `operation` names it.
+  enum class Kind : std::uint8_t { send, recv, external };
   enum class Phase : std::uint8_t {
-    posted,       // recv: waiting for a match; send: queued eagerly or waiting for CTS
-    matched,      // recv: matched, payload arriving
-    transferring, // send: CTS received, data frames queued
+    posted,        // recv: waiting for a match; send: queued eagerly or waiting for CTS
+    matched,       // recv: matched, payload arriving
+    transferring,  // send: CTS received, data frames queued
     complete,
   };
 
@@ -47,6 +50,9 @@ class RequestImpl : public std::enable_shared_from_this<RequestImpl> {
   std::size_t capacity = 0;
   std::size_t expected = 0;  // bytes of the matched message
   std::size_t received = 0;
+
+  // external
+  std::string operation;
 
   Status status;
   std::optional<Error> error;

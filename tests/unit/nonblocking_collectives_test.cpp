@@ -1,0 +1,125 @@
+// Nonblocking collectives on thread-per-rank communicators: many in flight at once with point-
+// to-point traffic beside them, blocking collectives queued behind them in call order, the
+// completion callback, and errors delivered through the Request.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/thread_ranks.hpp"
+
+namespace anview {
+namespace {
+
+using testing::run_ranks;
+
+float value(int rank, std::size_t i) {
+  return static_cast<float>((rank + 1) * static_cast<int>(i % 5 + 1));
+}
+
+TEST(NonblockingCollectives, ManyInFlightWithPointToPointBeside) {
+  for (int n : {1, 2, 3, 4}) {
+    SCOPED_TRACE(n);
+    run_ranks(n, [&](Communicator& comm) {
+      // Sizes that take every same-host algorithm (shared, ring, direct).
+      const std::size_t counts[] = {1, 100, 40000, 100000, 7};
+      std::vector<std::vector<float>> bufs;
+      std::vector<Request> requests;
+      for (std::size_t count : counts) {
+        std::vector<float> b(count);
+        for (std::size_t i = 0; i < count; ++i) b[i] = value(comm.rank(), i);
+        bufs.push_back(std::move(b));
+      }
+      for (auto& b : bufs)
+        requests.push_back(comm.iallreduce(b.data(), b.size(), DataType::float32, ReduceOp::sum));
+      std::vector<std::int32_t> ranks(static_cast<std::size_t>(n), -1);
+      ranks[static_cast<std::size_t>(comm.rank())] = comm.rank();  // in place: own block
+      Request gather = comm.iallgather(&ranks[static_cast<std::size_t>(comm.rank())], ranks.data(),
+                                       1, DataType::int32);
+      // Point-to-point in a ring while the collectives run.
+      if (n > 1) {
+        const int right = (comm.rank() + 1) % n, left = (comm.rank() + n - 1) % n;
+        std::int64_t out = comm.rank(), in = -1;
+        Request r = comm.irecv(&in, sizeof in, left, Tag{9});
+        comm.send(&out, sizeof out, right, Tag{9});
+        r.wait();
+        EXPECT_EQ(in, left);
+      }
+      const std::int64_t ranks_sum = n * (n + 1) / 2;
+      for (std::size_t k = 0; k < bufs.size(); ++k) {
+        const Status st = requests[k].wait();
+        EXPECT_EQ(st.bytes, bufs[k].size() * sizeof(float));
+        for (std::size_t i = 0; i < bufs[k].size(); ++i)
+          ASSERT_EQ(bufs[k][i], static_cast<float>(ranks_sum * static_cast<int>(i % 5 + 1)))
+              << "request " << k << " element " << i;
+      }
+      gather.wait();
+      for (int r = 0; r < n; ++r) EXPECT_EQ(ranks[static_cast<std::size_t>(r)], r);
+    });
+  }
+}
+
+TEST(NonblockingCollectives, BlockingOnesQueueBehindInCallOrder) {
+  run_ranks(3, [&](Communicator& comm) {
+    std::vector<float> a(50000, static_cast<float>(comm.rank() + 1)), b(10, 1.0f);
+    Request first = comm.iallreduce(a.data(), a.size(), DataType::float32, ReduceOp::sum);
+    // Blocking: runs after `first` on the collective thread; returns when done.
+    comm.allreduce(b.data(), b.size(), DataType::float32, ReduceOp::max);
+    EXPECT_TRUE(first.done()) << "the blocking allreduce overtook the nonblocking one";
+    first.wait();
+    EXPECT_EQ(a[0], 6.0f);
+    EXPECT_EQ(b[0], 1.0f);
+    comm.barrier();
+    Request last = comm.ibarrier();
+    last.wait();
+  });
+}
+
+TEST(NonblockingCollectives, CallbackRunsOnceWithTheResult) {
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<std::int64_t> data(1000, comm.rank() + 1);
+    std::atomic<int> calls{0};
+    std::atomic<std::size_t> bytes{0};
+    Request r = comm.iallreduce(data.data(), data.size(), DataType::int64, ReduceOp::sum);
+    r.on_complete([&](const Status& st, const Error* error) {
+      EXPECT_EQ(error, nullptr);
+      bytes = st.bytes;
+      ++calls;
+    });
+    while (!r.test()) {
+    }
+    r.wait();
+    // The callback runs on the collective thread right after it marks the request done.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (calls.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    EXPECT_EQ(calls.load(), 1);
+    EXPECT_EQ(bytes.load(), data.size() * sizeof(std::int64_t));
+    EXPECT_EQ(data[999], 3);
+  });
+}
+
+TEST(NonblockingCollectives, BadArgumentsFailTheRequestWithAUsageError) {
+  run_ranks(2, [&](Communicator& comm) {
+    Request r = comm.iallreduce(nullptr, nullptr, 10, DataType::float32, ReduceOp::band);
+    try {
+      r.wait();
+      FAIL() << "an allreduce of float32 with band succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::usage);
+      EXPECT_NE(std::string(e.what()).find("allreduce #"), std::string::npos) << e.what();
+    }
+    ASSERT_NE(r.error(), nullptr);
+    // The communicator goes on.
+    float x = 1.0f;
+    comm.iallreduce(&x, 1, DataType::float32, ReduceOp::sum).wait();
+    EXPECT_EQ(x, 2.0f);
+  });
+}
+
+}  // namespace
+}  // namespace anview
