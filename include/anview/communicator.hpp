@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -92,6 +93,27 @@ class Communicator {
   void scatter(const void* send, void* recv, std::size_t count, DataType type, int root);
   // `send` holds size() blocks of `count`: block r goes to rank r; `recv` gets block r from r.
   void alltoall(const void* send, void* recv, std::size_t count, DataType type);
+  // The v-variants: every rank's block has its own count, at its own displacement (both in
+  // elements, one entry per rank; empty displacements: blocks packed in rank order). Counts
+  // must agree between the ranks that exchange a block; a block arriving with another size
+  // is an Error naming the peer.
+  // allgatherv: this rank's `send_count` elements go to block rank() of every `recv`.
+  void allgatherv(const void* send, std::size_t send_count, void* recv,
+                  std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs,
+                  DataType type);
+  // gatherv: the counts and displacements matter on the root only.
+  void gatherv(const void* send, std::size_t send_count, void* recv,
+               std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs,
+               DataType type, int root);
+  // scatterv: the counts and displacements matter on the root only.
+  void scatterv(const void* send, std::span<const std::size_t> send_counts,
+                std::span<const std::size_t> displs, void* recv, std::size_t recv_count,
+                DataType type, int root);
+  // alltoallv: send block r goes to rank r; receive block r comes from rank r.
+  void alltoallv(const void* send, std::span<const std::size_t> send_counts,
+                 std::span<const std::size_t> send_displs, void* recv,
+                 std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+                 DataType type);
   void barrier();
 
   // Nonblocking collectives: the same operations, started at once and run in call order on the

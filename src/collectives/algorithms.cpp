@@ -150,15 +150,22 @@ void reduce_binomial(Call& call, void* data, std::size_t count, DataType type, R
   }
 }
 
-void allgather_ring(Call& call, void* data, std::size_t block) {
+Blocks Blocks::uniform(int ranks, std::size_t block) {
+  Blocks b;
+  b.offset.resize(static_cast<std::size_t>(ranks));
+  b.bytes.assign(static_cast<std::size_t>(ranks), block);
+  for (std::size_t r = 0; r < b.offset.size(); ++r) b.offset[r] = r * block;
+  return b;
+}
+
+void allgather_ring(Call& call, void* data, const Blocks& blocks) {
   const int n = call.size;
   const int r = call.rank;
-  auto* bytes = static_cast<char*>(data);
   for (int s = 0; s < n - 1; ++s) {
-    const auto out = static_cast<std::size_t>(mod(r - s, n));
-    const auto in = static_cast<std::size_t>(mod(r - s - 1, n));
-    sendrecv(call, bytes + out * block, block, mod(r + 1, n), bytes + in * block, block,
-             mod(r - 1, n));
+    const int out = mod(r - s, n);
+    const int in = mod(r - s - 1, n);
+    sendrecv(call, blocks.at(data, out), blocks.size(out), mod(r + 1, n), blocks.at(data, in),
+             blocks.size(in), mod(r - 1, n));
   }
 }
 
@@ -175,52 +182,57 @@ void reduce_scatter_ring(Call& call, void* data, std::size_t count, DataType typ
   }
 }
 
-void alltoall_pairwise(Call& call, const void* send_data, void* recv_data, std::size_t block) {
+void alltoall_pairwise(Call& call, const void* send, const Blocks& sblocks, void* recv,
+                       const Blocks& rblocks) {
   const int n = call.size;
   const int r = call.rank;
-  const auto* in = static_cast<const char*>(send_data);
-  auto* out = static_cast<char*>(recv_data);
-  if (block > 0)
-    std::memcpy(out + static_cast<std::size_t>(r) * block, in + static_cast<std::size_t>(r) * block,
-                block);
+  if (rblocks.size(r) != sblocks.size(r)) {
+    throw Error(ErrorKind::usage,
+                {.rank = r,
+                 .operation = call.operation(),
+                 .cause = "this rank sends itself " + std::to_string(sblocks.size(r)) +
+                          " bytes but expects " + std::to_string(rblocks.size(r))});
+  }
+  if (sblocks.size(r) > 0) std::memcpy(rblocks.at(recv, r), sblocks.at(send, r), sblocks.size(r));
   // Step s: send to r+s, receive from r-s; every pair meets exactly once.
   for (int s = 1; s < n; ++s) {
     const int to = mod(r + s, n);
     const int from = mod(r - s, n);
-    sendrecv(call, in + static_cast<std::size_t>(to) * block, block, to,
-             out + static_cast<std::size_t>(from) * block, block, from);
+    sendrecv(call, sblocks.at(send, to), sblocks.size(to), to, rblocks.at(recv, from),
+             rblocks.size(from), from);
   }
 }
 
-void gather_linear(Call& call, const void* send_data, void* recv_data, std::size_t block,
-                   int root) {
+void gather_linear(Call& call, const void* send_data, std::size_t send_bytes, void* recv_data,
+                   const Blocks& rblocks, int root) {
   if (call.rank != root) {
-    send(call, send_data, block, root);
+    send(call, send_data, send_bytes, root);
     return;
   }
-  auto* out = static_cast<char*>(recv_data);
-  std::vector<RequestPtr> recvs;
+  std::vector<std::pair<RequestPtr, int>> recvs;
   for (int p = 0; p < call.size; ++p) {
     if (p == root) continue;
-    recvs.push_back(post_recv(call, out + static_cast<std::size_t>(p) * block, block, p));
+    recvs.emplace_back(post_recv(call, rblocks.at(recv_data, p), rblocks.size(p), p), p);
   }
-  if (block > 0) std::memcpy(out + static_cast<std::size_t>(root) * block, send_data, block);
-  for (auto& r : recvs) wait(call, r);
+  if (send_bytes > 0) std::memcpy(rblocks.at(recv_data, root), send_data, send_bytes);
+  for (auto& [r, p] : recvs) {
+    wait(call, r);
+    check_size(call, r, rblocks.size(p), p);
+  }
 }
 
-void scatter_linear(Call& call, const void* send_data, void* recv_data, std::size_t block,
-                    int root) {
+void scatter_linear(Call& call, const void* send_data, const Blocks& sblocks, void* recv_data,
+                    std::size_t recv_bytes, int root) {
   if (call.rank != root) {
-    recv(call, recv_data, block, root);
+    recv(call, recv_data, recv_bytes, root);
     return;
   }
-  const auto* in = static_cast<const char*>(send_data);
   std::vector<RequestPtr> sends;
   for (int p = 0; p < call.size; ++p) {
     if (p == root) continue;
-    sends.push_back(post_send(call, in + static_cast<std::size_t>(p) * block, block, p));
+    sends.push_back(post_send(call, sblocks.at(send_data, p), sblocks.size(p), p));
   }
-  if (block > 0) std::memcpy(recv_data, in + static_cast<std::size_t>(root) * block, block);
+  if (recv_bytes > 0) std::memcpy(recv_data, sblocks.at(send_data, root), recv_bytes);
   for (auto& s : sends) wait(call, s);
 }
 

@@ -52,6 +52,21 @@ void run_guarded(Call& call, Algorithm&& algorithm) {
   }
 }
 
+// Where each rank's block lies in a buffer, in bytes (the v-collectives give every rank its
+// own size and place; the others use uniform()).
+struct Blocks {
+  std::vector<std::size_t> offset;
+  std::vector<std::size_t> bytes;
+  static Blocks uniform(int ranks, std::size_t block);
+  char* at(void* base, int rank) const {
+    return static_cast<char*>(base) + offset[static_cast<std::size_t>(rank)];
+  }
+  const char* at(const void* base, int rank) const {
+    return static_cast<const char*>(base) + offset[static_cast<std::size_t>(rank)];
+  }
+  std::size_t size(int rank) const { return bytes[static_cast<std::size_t>(rank)]; }
+};
+
 // Algorithms. `data` holds `count` elements of `type`; in place unless noted.
 void allreduce_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op);
 void allreduce_recursive_doubling(Call& call, void* data, std::size_t count, DataType type,
@@ -60,14 +75,19 @@ void broadcast_binomial(Call& call, void* data, std::size_t bytes, int root);
 // `data` is this rank's contribution; the root's ends up holding the result.
 void reduce_binomial(Call& call, void* data, std::size_t count, DataType type, ReduceOp op,
                      int root);
-// `data` holds size * block bytes; this rank's block is at rank * block on entry.
-void allgather_ring(Call& call, void* data, std::size_t block);
+// `data` holds every rank's block (`blocks`); this rank's is in place on entry.
+void allgather_ring(Call& call, void* data, const Blocks& blocks);
 // `data` holds size * count elements; on return this rank's reduced block is at rank * count.
 void reduce_scatter_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op);
-// `send` holds size blocks of `block` bytes, block r for rank r; `recv` gets block r from rank r.
-void alltoall_pairwise(Call& call, const void* send, void* recv, std::size_t block);
-void gather_linear(Call& call, const void* send, void* recv, std::size_t block, int root);
-void scatter_linear(Call& call, const void* send, void* recv, std::size_t block, int root);
+// `send` holds block r for rank r (`sblocks`); `recv` gets block r from rank r (`rblocks`).
+void alltoall_pairwise(Call& call, const void* send, const Blocks& sblocks, void* recv,
+                       const Blocks& rblocks);
+// The root's `recv` gets rank r's `send_bytes` at block r (`rblocks`, the root's).
+void gather_linear(Call& call, const void* send, std::size_t send_bytes, void* recv,
+                   const Blocks& rblocks, int root);
+// Rank r's `recv` gets block r of the root's `send` (`sblocks`, the root's).
+void scatter_linear(Call& call, const void* send, const Blocks& sblocks, void* recv,
+                    std::size_t recv_bytes, int root);
 void barrier_dissemination(Call& call);
 
 }  // namespace anview::collectives

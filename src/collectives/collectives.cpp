@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -90,6 +91,56 @@ std::size_t Collectives::checked_bytes(const Call& call, std::size_t count, Data
       std::numeric_limits<std::size_t>::max() / (esize * static_cast<std::size_t>(call.size));
   if (count > limit) usage(call, "count " + std::to_string(count) + " overflows the buffer size");
   return count * esize;
+}
+
+Blocks Collectives::checked_blocks(const Call& call, std::span<const std::size_t> counts,
+                                   std::span<const std::size_t> displs, DataType type,
+                                   const char* which) const {
+  const auto n = static_cast<std::size_t>(call.size);
+  if (counts.size() != n || (!displs.empty() && displs.size() != n)) {
+    usage(call, std::string(which) + " counts and displacements need one entry per rank (" +
+                    std::to_string(n) + "), not " + std::to_string(counts.size()) + " and " +
+                    std::to_string(displs.size()));
+  }
+  const std::size_t esize = checked_bytes(call, 1, type);
+  const std::size_t limit = std::numeric_limits<std::size_t>::max() / esize / 2;
+  Blocks b;
+  b.offset.resize(n);
+  b.bytes.resize(n);
+  std::size_t packed = 0;  // no displacements: blocks follow each other in rank order
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::size_t at = displs.empty() ? packed : displs[r];
+    if (counts[r] > limit || at > limit - counts[r])
+      usage(call, std::string(which) + " block of rank " + std::to_string(r) +
+                      " overflows the buffer size");
+    b.offset[r] = at * esize;
+    b.bytes[r] = counts[r] * esize;
+    packed = at + counts[r];
+  }
+  return b;
+}
+
+Blocks Collectives::root_blocks(const Call& call, std::span<const std::size_t> counts,
+                                std::span<const std::size_t> displs, DataType type,
+                                std::size_t own_bytes, const void* buffer, const char* which,
+                                int root) const {
+  if (call.rank != root) return {};
+  Blocks blocks = checked_blocks(call, counts, displs, type, which);
+  if (blocks.size(root) != own_bytes) {
+    usage(call, "the root's own " + std::string(which) + " block is " +
+                    std::to_string(counts[static_cast<std::size_t>(root)]) +
+                    " elements, but it passes " + std::to_string(own_bytes / size_of(type)) +
+                    " for itself");
+  }
+  check_buffer(call, buffer, total_bytes(blocks), which);
+  return blocks;
+}
+
+std::size_t Collectives::total_bytes(const Blocks& blocks) {
+  std::size_t end = 0;
+  for (std::size_t r = 0; r < blocks.offset.size(); ++r)
+    end = std::max(end, blocks.offset[r] + blocks.bytes[r]);
+  return end;
 }
 
 void Collectives::check_buffer(const Call& call, const void* p, std::size_t bytes,
@@ -287,7 +338,27 @@ void Collectives::allgather(const void* send, void* recv, std::size_t count, Dat
   check_buffer(call, recv, block, "receive");
   char* mine = static_cast<char*>(recv) + static_cast<std::size_t>(call.rank) * block;
   if (send != mine && block > 0) std::memcpy(mine, send, block);
-  if (call.size > 1) run_guarded(call, [&] { allgather_ring(call, recv, block); });
+  if (call.size > 1)
+    run_guarded(call, [&] { allgather_ring(call, recv, Blocks::uniform(call.size, block)); });
+}
+
+void Collectives::allgatherv(const void* send, std::size_t send_count, void* recv,
+                             std::span<const std::size_t> recv_counts,
+                             std::span<const std::size_t> displs, DataType type) {
+  Call call = begin("allgatherv");
+  const std::size_t bytes = checked_bytes(call, send_count, type);
+  const Blocks blocks = checked_blocks(call, recv_counts, displs, type, "receive");
+  if (blocks.size(call.rank) != bytes) {
+    usage(call, "this rank sends " + std::to_string(send_count) +
+                    " elements but its own entry of "
+                    "the receive counts is " +
+                    std::to_string(recv_counts[static_cast<std::size_t>(call.rank)]));
+  }
+  check_buffer(call, send, bytes, "send");
+  check_buffer(call, recv, total_bytes(blocks), "receive");
+  char* mine = blocks.at(recv, call.rank);
+  if (send != mine && bytes > 0) std::memcpy(mine, send, bytes);
+  if (call.size > 1) run_guarded(call, [&] { allgather_ring(call, recv, blocks); });
 }
 
 void Collectives::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
@@ -312,7 +383,20 @@ void Collectives::gather(const void* send, void* recv, std::size_t count, DataTy
   check_root(call, root);
   check_buffer(call, send, block, "send");
   if (call.rank == root) check_buffer(call, recv, block, "receive");
-  run_guarded(call, [&] { gather_linear(call, send, recv, block, root); });
+  run_guarded(call, [&] {
+    gather_linear(call, send, block, recv, Blocks::uniform(call.size, block), root);
+  });
+}
+
+void Collectives::gatherv(const void* send, std::size_t send_count, void* recv,
+                          std::span<const std::size_t> recv_counts,
+                          std::span<const std::size_t> displs, DataType type, int root) {
+  Call call = begin("gatherv");
+  const std::size_t bytes = checked_bytes(call, send_count, type);
+  check_root(call, root);
+  check_buffer(call, send, bytes, "send");
+  const Blocks blocks = root_blocks(call, recv_counts, displs, type, bytes, recv, "receive", root);
+  run_guarded(call, [&] { gather_linear(call, send, bytes, recv, blocks, root); });
 }
 
 void Collectives::scatter(const void* send, void* recv, std::size_t count, DataType type,
@@ -322,7 +406,20 @@ void Collectives::scatter(const void* send, void* recv, std::size_t count, DataT
   check_root(call, root);
   if (call.rank == root) check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
-  run_guarded(call, [&] { scatter_linear(call, send, recv, block, root); });
+  run_guarded(call, [&] {
+    scatter_linear(call, send, Blocks::uniform(call.size, block), recv, block, root);
+  });
+}
+
+void Collectives::scatterv(const void* send, std::span<const std::size_t> send_counts,
+                           std::span<const std::size_t> displs, void* recv, std::size_t recv_count,
+                           DataType type, int root) {
+  Call call = begin("scatterv");
+  const std::size_t bytes = checked_bytes(call, recv_count, type);
+  check_root(call, root);
+  check_buffer(call, recv, bytes, "receive");
+  const Blocks blocks = root_blocks(call, send_counts, displs, type, bytes, send, "send", root);
+  run_guarded(call, [&] { scatter_linear(call, send, blocks, recv, bytes, root); });
 }
 
 void Collectives::alltoall(const void* send, void* recv, std::size_t count, DataType type) {
@@ -331,7 +428,21 @@ void Collectives::alltoall(const void* send, void* recv, std::size_t count, Data
   check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
   if (send == recv && block > 0) usage(call, "alltoall cannot run in place");
-  run_guarded(call, [&] { alltoall_pairwise(call, send, recv, block); });
+  const Blocks blocks = Blocks::uniform(call.size, block);
+  run_guarded(call, [&] { alltoall_pairwise(call, send, blocks, recv, blocks); });
+}
+
+void Collectives::alltoallv(const void* send, std::span<const std::size_t> send_counts,
+                            std::span<const std::size_t> send_displs, void* recv,
+                            std::span<const std::size_t> recv_counts,
+                            std::span<const std::size_t> recv_displs, DataType type) {
+  Call call = begin("alltoallv");
+  const Blocks sblocks = checked_blocks(call, send_counts, send_displs, type, "send");
+  const Blocks rblocks = checked_blocks(call, recv_counts, recv_displs, type, "receive");
+  check_buffer(call, send, total_bytes(sblocks), "send");
+  check_buffer(call, recv, total_bytes(rblocks), "receive");
+  if (send == recv && total_bytes(sblocks) > 0) usage(call, "alltoallv cannot run in place");
+  run_guarded(call, [&] { alltoall_pairwise(call, send, sblocks, recv, rblocks); });
 }
 
 void Collectives::barrier() {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,20 @@ class Collectives {
   void gather(const void* send, void* recv, std::size_t count, DataType type, int root);
   void scatter(const void* send, void* recv, std::size_t count, DataType type, int root);
   void alltoall(const void* send, void* recv, std::size_t count, DataType type);
+  // v-variants: counts (and displacements, empty for packed) in elements, one per rank.
+  void allgatherv(const void* send, std::size_t send_count, void* recv,
+                  std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs,
+                  DataType type);
+  void gatherv(const void* send, std::size_t send_count, void* recv,
+               std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs,
+               DataType type, int root);
+  void scatterv(const void* send, std::span<const std::size_t> send_counts,
+                std::span<const std::size_t> displs, void* recv, std::size_t recv_count,
+                DataType type, int root);
+  void alltoallv(const void* send, std::span<const std::size_t> send_counts,
+                 std::span<const std::size_t> send_displs, void* recv,
+                 std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+                 DataType type);
   void barrier();
 
   // The algorithm allreduce uses for `bytes` (ANVIEW_ALGO, or the size rule), and why.
@@ -57,6 +72,18 @@ class Collectives {
   void check_root(const Call& call, int root) const;
   std::size_t checked_bytes(const Call& call, std::size_t count, DataType type) const;
   void check_buffer(const Call& call, const void* p, std::size_t bytes, const char* which) const;
+  // Per-rank blocks from counts and displacements (elements; empty displacements: packed in
+  // rank order), checked: one entry per rank, no overflow.
+  Blocks checked_blocks(const Call& call, std::span<const std::size_t> counts,
+                        std::span<const std::size_t> displs, DataType type,
+                        const char* which) const;
+  // The root's blocks of a gatherv/scatterv (empty elsewhere), checked with its own block
+  // (`own_bytes`) and its buffer.
+  Blocks root_blocks(const Call& call, std::span<const std::size_t> counts,
+                     std::span<const std::size_t> displs, DataType type, std::size_t own_bytes,
+                     const void* buffer, const char* which, int root) const;
+  // The bytes a buffer holding `blocks` needs.
+  static std::size_t total_bytes(const Blocks& blocks);
 
   p2p::Messenger& messenger_;
   std::uint64_t sequence_ = 0;

@@ -205,6 +205,40 @@ void Communicator::alltoall(const void* send, void* recv, std::size_t count, Dat
                         [&] { impl_->collectives().alltoall(send, recv, count, type); });
 }
 
+void Communicator::allgatherv(const void* send, std::size_t send_count, void* recv,
+                              std::span<const std::size_t> recv_counts,
+                              std::span<const std::size_t> displs, DataType type) {
+  impl_->run_collective("allgatherv", [&] {
+    impl_->collectives().allgatherv(send, send_count, recv, recv_counts, displs, type);
+  });
+}
+
+void Communicator::gatherv(const void* send, std::size_t send_count, void* recv,
+                           std::span<const std::size_t> recv_counts,
+                           std::span<const std::size_t> displs, DataType type, int root) {
+  impl_->run_collective("gatherv", [&] {
+    impl_->collectives().gatherv(send, send_count, recv, recv_counts, displs, type, root);
+  });
+}
+
+void Communicator::scatterv(const void* send, std::span<const std::size_t> send_counts,
+                            std::span<const std::size_t> displs, void* recv, std::size_t recv_count,
+                            DataType type, int root) {
+  impl_->run_collective("scatterv", [&] {
+    impl_->collectives().scatterv(send, send_counts, displs, recv, recv_count, type, root);
+  });
+}
+
+void Communicator::alltoallv(const void* send, std::span<const std::size_t> send_counts,
+                             std::span<const std::size_t> send_displs, void* recv,
+                             std::span<const std::size_t> recv_counts,
+                             std::span<const std::size_t> recv_displs, DataType type) {
+  impl_->run_collective("alltoallv", [&] {
+    impl_->collectives().alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                                   type);
+  });
+}
+
 void Communicator::barrier() {
   impl_->run_collective("barrier", [&] { impl_->collectives().barrier(); });
 }
