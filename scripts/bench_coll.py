@@ -2,12 +2,13 @@
 """Collectives of Anview next to MPI, measured in one run, pair by pair.
 
 On a shared, noisy machine minutes apart can differ by 50 %, so each repetition runs
-`anview-perf OP` (2 ranks, float32 sum, out of place, --json) right next to the same sweep
+`anview-perf OP` (2 ranks unless --ranks, float32 sum, out of place, --json) right next to the same sweep
 of ../shared/peers/mpi_bench.c under Open MPI (ob1 + vader for shm, ob1 + tcp on loopback
 for --transports tcp) and, for shm, MPICH; the best MPI of the pair is the bar. Printed:
 medians [min-max] of each side and the median of the per-pair ratios (time, lower is better).
 
   scripts/bench_coll.py [--build build] [--reps 5] [--op allreduce|broadcast] [--transports shm]
+                        [--ranks 2]
 """
 import argparse
 import json
@@ -31,9 +32,9 @@ def peer_program(name, compiler):
     return path
 
 
-def anview(build, transports, op, size):
+def anview(build, transports, op, size, ranks):
     env = dict(os.environ, ANVIEW_TRANSPORTS=transports)
-    cmd = [f"{build}/bin/anview-run", "-n", "2", "--timeout", "300", f"{build}/bin/anview-perf",
+    cmd = [f"{build}/bin/anview-run", "-n", str(ranks), "--timeout", "300", f"{build}/bin/anview-perf",
            op, "-b", str(size), "-e", str(size), "--json"]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True,
                          timeout=600).stdout
@@ -41,16 +42,16 @@ def anview(build, transports, op, size):
     return row["time_us"], row["algo"]
 
 
-def mpi(kind, op, transports):
+def mpi(kind, op, transports, ranks):
     """{bytes: time_us} of one mpi_bench sweep."""
     mpi_op = "bcast" if op == "broadcast" else op
     sizes = "sizes=" + ",".join(str(s) for s in SIZES)
     if kind == "mpich":
-        cmd = ["mpirun.mpich", "-np", "2", peer_program("mpi_bench_mpich", "mpicc.mpich"), mpi_op,
+        cmd = ["mpirun.mpich", "-np", str(ranks), peer_program("mpi_bench_mpich", "mpicc.mpich"), mpi_op,
                sizes]
     else:
         btl = "self,vader" if transports == "shm" else "self,tcp"
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "pml", "ob1",
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "--mca", "pml", "ob1",
                "--mca", "btl", btl, "--mca", "btl_tcp_if_include", "lo",
                peer_program("mpi_bench_ompi", "mpicc.openmpi"), mpi_op, sizes]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=900).stdout
@@ -68,27 +69,29 @@ def main():
     p.add_argument("--reps", type=int, default=5, help="pairs of runs")
     p.add_argument("--op", default="allreduce", choices=["allreduce", "broadcast"])
     p.add_argument("--transports", default="shm", choices=["shm", "tcp"])
+    p.add_argument("--ranks", type=int, default=2, help="ranks (more than cores: oversubscribed)")
     a = p.parse_args()
     kinds = ["ompi", "mpich"] if a.transports == "shm" else ["ompi"]
     rows = {s: [] for s in SIZES}  # (anview us, best MPI us, which MPI)
     algos = {}
     for _ in range(a.reps):
-        peers = {k: mpi(k, a.op, a.transports) for k in kinds}
+        peers = {k: mpi(k, a.op, a.transports, a.ranks) for k in kinds}
         for size in SIZES:
-            mine, algos[size] = anview(a.build, a.transports, a.op, size)
+            mine, algos[size] = anview(a.build, a.transports, a.op, size, a.ranks)
             best = min(kinds, key=lambda k: peers[k][size])
             rows[size].append((mine, peers[best][size], best))
     label = "vader" if a.transports == "shm" else "tcp BTL"
-    print(f"{a.op}, 2 ranks over {a.transports}, float32 sum; {a.reps} pairs; peer: the faster of "
+    print(f"{a.op}, {a.ranks} ranks over {a.transports}, float32 sum; {a.reps} pairs; peer: the faster of "
           f"{' and '.join(kinds)} ({label}) in each pair\n")
     print("| size | anview algorithm | anview us, median [min-max] | best MPI us | "
           "time ratio anview/MPI, median of pairs [min-max] | busbw anview GB/s |")
     print("|---|---|---|---|---|---|")
+    bus = 2 * (a.ranks - 1) / a.ranks if a.op == "allreduce" else 1.0  # nccl-tests' factor
     for size, pairs in rows.items():
         ratios = [m / p for m, p, _ in pairs]
         mine = med([m for m, _, _ in pairs])
         print(f"| {size} | {algos[size]} | {fmt(mine)} | {fmt(med([p for _, p, _ in pairs]))} | "
-              f"{fmt(med(ratios))}x | {size / mine[0] / 1e3:.3g} |")
+              f"{fmt(med(ratios))}x | {size / mine[0] / 1e3 * bus:.3g} |")
 
 
 if __name__ == "__main__":
