@@ -226,7 +226,13 @@ std::string Collectives::allreduce_choice(std::size_t bytes, std::string* why) c
 std::string Collectives::algorithm(std::string_view collective, std::size_t bytes,
                                    std::string* why) const {
   if (collective == "allreduce") return allreduce_choice(bytes, why);
-  if ((collective == "broadcast" && bytes <= shared_slot_payload) || collective == "barrier") {
+  // allgather's `bytes` is the whole receive buffer (nccl-tests' size), so a block is 1/n.
+  const bool fits = (collective == "broadcast" && bytes <= shared_slot_payload) ||
+                    (collective == "reduce" && bytes <= shared_allreduce_bytes_) ||
+                    (collective == "allgather" &&
+                     bytes / static_cast<std::size_t>(messenger_.size()) <= shared_slot_payload) ||
+                    collective == "barrier";
+  if (fits && messenger_.size() > 1) {
     if (placement_allows(shares_memory)) {
       if (why) *why = "every rank maps its peers' shared memory (one host): no messages";
       return "shared";
@@ -318,6 +324,12 @@ void Collectives::reduce(const void* send, void* recv, std::size_t count, DataTy
   check_root(call, root);
   check_buffer(call, send, bytes, "send");
   if (call.rank == root) check_buffer(call, recv, bytes, "receive");
+  if (call.size > 1 && bytes <= shared_allreduce_bytes_ && (placement() & shares_memory) != 0) {
+    const std::uint64_t seq = ++shared_calls_;
+    run_guarded(
+        call, [&] { reduce_shared(call, shared_areas_, seq, send, recv, count, type, op, root); });
+    return;
+  }
   // The tree reduces in place: the root works in its receive buffer, the others in a copy.
   std::vector<char> scratch;
   void* work = recv;
@@ -336,6 +348,11 @@ void Collectives::allgather(const void* send, void* recv, std::size_t count, Dat
   const std::size_t block = checked_bytes(call, count, type);
   check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
+  if (call.size > 1 && block <= shared_slot_payload && (placement() & shares_memory) != 0) {
+    const std::uint64_t seq = ++shared_calls_;
+    run_guarded(call, [&] { allgather_shared(call, shared_areas_, seq, send, recv, block); });
+    return;
+  }
   char* mine = static_cast<char*>(recv) + static_cast<std::size_t>(call.rank) * block;
   if (send != mine && block > 0) std::memcpy(mine, send, block);
   if (call.size > 1)

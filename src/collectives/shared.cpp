@@ -14,7 +14,13 @@
 namespace anview::collectives {
 namespace {
 
-enum class Kind : std::uint32_t { allreduce = 1, broadcast = 2, barrier = 3 };
+enum class Kind : std::uint32_t {
+  allreduce = 1,
+  broadcast = 2,
+  barrier = 3,
+  allgather = 4,
+  reduce = 5
+};
 
 // The first cache line of a slot; the payload follows it.
 struct alignas(64) SlotHeader {
@@ -40,7 +46,19 @@ inline void spin_pause() {
 constexpr std::size_t slot_stride = sizeof(SlotHeader) + shared_slot_payload;
 
 const char* kind_name(Kind k) {
-  return k == Kind::allreduce ? "allreduce" : k == Kind::broadcast ? "broadcast" : "barrier";
+  switch (k) {
+    case Kind::allreduce:
+      return "allreduce";
+    case Kind::broadcast:
+      return "broadcast";
+    case Kind::barrier:
+      return "barrier";
+    case Kind::allgather:
+      return "allgather";
+    case Kind::reduce:
+      return "reduce";
+  }
+  return "an unknown collective";
 }
 
 // What a slot says about its call, for error messages.
@@ -50,8 +68,11 @@ std::string describe(const SlotHeader& h) {
     text.append(" of ").append(std::to_string(h.count)).append(" ");
     text.append(name_of(static_cast<DataType>(h.type)));
   }
-  if (h.kind == Kind::allreduce) text.append(" ").append(name_of(static_cast<ReduceOp>(h.op)));
-  if (h.kind == Kind::broadcast) text.append(" from root ").append(std::to_string(h.root));
+  if (h.kind == Kind::allreduce || h.kind == Kind::reduce)
+    text.append(" ").append(name_of(static_cast<ReduceOp>(h.op)));
+  if (h.kind == Kind::broadcast || h.kind == Kind::reduce)
+    text.append(h.kind == Kind::broadcast ? " from root " : " to root ")
+        .append(std::to_string(h.root));
   return text;
 }
 
@@ -172,6 +193,30 @@ void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, c
   reduce_to(recv, slots.payload(0), slots.payload(1), count, type, op);
   for (int r = 2; r < call.size; ++r) reduce_into(recv, slots.payload(r), count, type, op);
   if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
+}
+
+void reduce_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, const void* send,
+                   void* recv, std::size_t count, DataType type, ReduceOp op, int root) {
+  const std::size_t bytes = count * size_of(type);
+  Slots slots(call, areas, seq);
+  slots.publish(Kind::reduce, send, bytes, count, type, op, root);
+  slots.wait_all();  // every call waits for all: a slot is reused only once all have moved on
+  if (call.rank != root) return;
+  reduce_to(recv, slots.payload(0), slots.payload(1), count, type, op);
+  for (int r = 2; r < call.size; ++r) reduce_into(recv, slots.payload(r), count, type, op);
+  if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
+}
+
+void allgather_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, const void* send,
+                      void* recv, std::size_t block) {
+  Slots slots(call, areas, seq);
+  slots.publish(Kind::allgather, send, block, block, DataType::uint8, ReduceOp::sum, -1);
+  slots.wait_all();
+  auto* out = static_cast<char*>(recv);
+  for (int r = 0; r < call.size && block > 0; ++r) {
+    char* to = out + static_cast<std::size_t>(r) * block;
+    if (r != call.rank || to != send) std::memcpy(to, slots.payload(r), block);
+  }
 }
 
 void broadcast_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, void* data,

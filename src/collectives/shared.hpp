@@ -32,6 +32,12 @@ std::size_t shared_area_needed();
 // on every rank: each reduces all contributions in rank order.
 void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, const void* send,
                       void* recv, std::size_t count, DataType type, ReduceOp op);
+// `recv` matters on the root only.
+void reduce_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, const void* send,
+                   void* recv, std::size_t count, DataType type, ReduceOp op, int root);
+// `block` bytes from every rank into `recv` (block r from rank r; this rank's may be in place).
+void allgather_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, const void* send,
+                      void* recv, std::size_t block);
 void broadcast_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, void* data,
                       std::size_t bytes, int root);
 void barrier_shared(Call& call, const SharedAreas& areas, std::uint64_t seq);
