@@ -111,6 +111,9 @@ class Slots {
   }
   const SlotHeader* header(int r) const { return reinterpret_cast<const SlotHeader*>(slot(r)); }
 
+  // True once `peer` published this call or a later one.
+  bool reached(int peer) const { return header(peer)->seq.load(std::memory_order_acquire) >= seq_; }
+
   // True once `peer` published this call; raises a usage Error if it published another.
   bool published(int peer) const {
     const SlotHeader& h = *header(peer);
@@ -140,7 +143,7 @@ class Slots {
   // Spins, then yields the CPU (at once where the ranks outnumber the CPUs: the peer waited
   // for may need this one), then naps (a peer that comes late costs little); drives the
   // communicator's progress now and then (so peers are served and a dead peer is noticed) and
-  // gives up at the call's deadline naming the peer it waits for.
+  // gives up when that peer is gone or at the call's deadline, naming it.
   void wait_for(int peer) {
     if (published(peer)) return;
     const auto start = base::Clock::now();
@@ -154,7 +157,16 @@ class Slots {
       if (now < next_check) continue;
       next_check = now + std::chrono::microseconds(100);
       call_.messenger.progress();
-      if (auto failure = call_.messenger.first_peer_failure()) rethrow(call_, *failure);
+      // A rank that is gone fails the call unless it published it first: then it merely left
+      // (it closed its communicator after the job's last barrier, say) and blocks nobody.
+      if (auto failure = call_.messenger.peer_failure(peer)) {
+        if (published(peer)) return;
+        rethrow(call_, *failure);
+      }
+      if (auto failure = call_.messenger.first_peer_failure()) {
+        const int gone = failure->context().peer;
+        if (gone < 0 || gone == call_.rank || !reached(gone)) rethrow(call_, *failure);
+      }
       const auto waited = now - start;
       if (waited >= call_.timeout) {
         throw Error(ErrorKind::timeout,

@@ -633,6 +633,11 @@ std::optional<Error> Messenger::first_peer_failure() const {
   return std::nullopt;
 }
 
+std::optional<Error> Messenger::peer_failure(int peer) const {
+  Lock lock(mu_);
+  return peers_.at(static_cast<std::size_t>(peer)).failure;
+}
+
 std::string Messenger::transport_reason(int peer) const {
   Lock lock(mu_);
   return peers_.at(static_cast<std::size_t>(peer)).transport_reason;

@@ -99,6 +99,8 @@ class Messenger final : public transport::FrameSink,
   // The failure of the lowest-numbered rank whose link failed, if any (collectives use it to
   // give up on a call any rank of which is gone, whoever they were waiting for).
   std::optional<Error> first_peer_failure() const;
+  // The failure of `peer`'s link, if it failed (or was closed by the peer).
+  std::optional<Error> peer_failure(int peer) const;
   // What a pending request waits for, in words (as in its timeout Error).
   std::string describe_request(const RequestImpl& request) const;
 
