@@ -142,9 +142,15 @@ class Communicator {
   Communicator split(int color, int key) const;
 
   // The algorithm `collective` ("allreduce", "broadcast", ...) uses for `bytes` on this
-  // communicator, and why (ANVIEW_ALGO or the size rule); empty for an unknown name.
+  // communicator, and why (ANVIEW_ALGO or the tuner's prediction); empty for an unknown name.
   std::string collective_algorithm(std::string_view collective, std::size_t bytes,
                                    std::string* why = nullptr) const;
+
+  // Every candidate algorithm of `collective` for `bytes` on this communicator, with the time
+  // the tuner predicts for it (or why it cannot run here), the pick and the measured costs the
+  // prediction rests on, as text (anview-info --explain). Every rank calls it, like a
+  // collective: the first call that needs the costs measures them.
+  std::string explain_collective(std::string_view collective, std::size_t bytes);
 
   // Drives progress once without sleeping (for callbacks and coroutines when nothing waits).
   void progress();

@@ -74,44 +74,18 @@ void allreduce_ring(Call& call, void* data, std::size_t count, DataType type, Re
 
 void allreduce_recursive_doubling(Call& call, void* data, std::size_t count, DataType type,
                                   ReduceOp op) {
-  const int n = call.size;
-  const int r = call.rank;
   const std::size_t bytes = count * size_of(type);
   char* incoming = call.scratch_bytes(bytes);
-  // Non-powers of two (MPICH's scheme): the first 2*extra ranks pair up, the even one of each
-  // pair hands its data to the odd one and sits out; the rest is a power of two.
-  int pof2 = 1;
-  while (pof2 * 2 <= n) pof2 *= 2;
-  const int extra = n - pof2;
-  int vrank;
-  if (r < 2 * extra) {
-    if (r % 2 == 0) {
-      send(call, data, bytes, r + 1);
-      vrank = -1;
-    } else {
-      recv(call, incoming, bytes, r - 1);
-      reduce_into(data, incoming, count, type, op);
-      vrank = r / 2;
-    }
-  } else {
-    vrank = r - extra;
-  }
-  if (vrank >= 0) {
-    for (int mask = 1; mask < pof2; mask <<= 1) {
-      const int vpartner = vrank ^ mask;
-      const int partner = vpartner < extra ? vpartner * 2 + 1 : vpartner + extra;
+  const PowerOfTwo p = fold_to_power_of_two(call, data, count, type, op, incoming);
+  if (p.vrank >= 0) {
+    for (int mask = 1; mask < p.pof2; mask <<= 1) {
+      const int partner = p.rank(p.vrank ^ mask);
       sendrecv(call, data, bytes, partner, incoming, bytes, partner);
       // Both partners combine the same two operands: every rank ends with identical bits.
       reduce_into(data, incoming, count, type, op);
     }
   }
-  if (r < 2 * extra) {
-    if (r % 2 == 1) {
-      send(call, data, bytes, r - 1);
-    } else {
-      recv(call, data, bytes, r + 1);
-    }
-  }
+  unfold_from_power_of_two(call, p, data, bytes);
 }
 
 void broadcast_binomial(Call& call, void* data, std::size_t bytes, int root) {

@@ -89,5 +89,11 @@ void gather_linear(Call& call, const void* send, std::size_t send_bytes, void* r
 void scatter_linear(Call& call, const void* send, const Blocks& sblocks, void* recv,
                     std::size_t recv_bytes, int root);
 void barrier_dissemination(Call& call);
+// Reduce-scatter by recursive halving, then allgather by recursive doubling (Rabenseifner).
+void allreduce_rabenseifner(Call& call, void* data, std::size_t count, DataType type, ReduceOp op);
+// Pipelined down the chain root, root+1, ..., root-1 in chunks of call.chunk_bytes.
+void broadcast_chain(Call& call, void* data, std::size_t bytes, int root);
+// `data` holds every rank's `block` bytes at rank * block; this rank's is in place on entry.
+void allgather_bruck(Call& call, void* data, std::size_t block);
 
 }  // namespace anview::collectives

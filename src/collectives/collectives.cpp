@@ -13,48 +13,16 @@
 namespace anview::collectives {
 namespace {
 
-const base::Setting algo_setting(
-    "collectives", "ANVIEW_ALGO", "",
-    "Forces algorithms, e.g. allreduce=ring, allreduce=recursive_doubling or allreduce=direct "
-    "(default: chosen by message size and placement)");
-const base::Setting small_allreduce_setting(
-    "collectives", "ANVIEW_ALLREDUCE_SMALL_BYTES", "64K",
-    "allreduce up to this size uses recursive doubling (latency-bound); above it the ring "
-    "(bandwidth-bound)");
-
-const base::Setting direct_allreduce_setting(
-    "collectives", "ANVIEW_ALLREDUCE_DIRECT_BYTES", "256K",
-    "allreduce from this size reads peers' buffers directly when every rank is on one host and "
-    "cross-memory attach works (reduce-by-segment, no messages per chunk)");
-
-const base::Setting shared_allreduce_setting(
-    "collectives", "ANVIEW_ALLREDUCE_SHARED_BYTES", "64K",
-    "allreduce up to this size (at most 64K) goes through the ranks' shared memory when every "
-    "rank is on one host with the shm transport: no messages, a few cache-line transfers");
-
 const base::Setting chunk_setting(
     "collectives", "ANVIEW_COLL_CHUNK", "256K",
     "Reducing ring steps move and reduce data in chunks of this size, so the reduction of one "
     "overlaps the transfer of the next");
 
-// The value forced for `collective` in ANVIEW_ALGO, or empty.
-std::string forced(const std::string& collective) {
-  for (const auto& item : algo_setting.as_list()) {
-    const auto eq = item.find('=');
-    if (eq != std::string::npos && item.substr(0, eq) == collective) return item.substr(eq + 1);
-  }
-  return {};
-}
-
 }  // namespace
 
 Collectives::Collectives(p2p::Messenger& messenger)
     : messenger_(messenger),
-      forced_allreduce_(forced("allreduce")),
-      small_allreduce_bytes_(static_cast<std::size_t>(small_allreduce_setting.as_int())),
-      direct_allreduce_bytes_(static_cast<std::size_t>(direct_allreduce_setting.as_int())),
-      shared_allreduce_bytes_(std::min<std::size_t>(
-          static_cast<std::size_t>(shared_allreduce_setting.as_int()), shared_slot_payload)),
+      forced_(read_forced()),
       chunk_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(chunk_setting.as_int(), 4096))) {
 }
 
@@ -189,68 +157,6 @@ bool Collectives::placement_allows(int bit) const {
   return ((agreed >= 0 ? agreed : local_placement()) & bit) != 0;
 }
 
-std::string Collectives::allreduce_choice(std::size_t bytes, std::string* why) const {
-  auto say = [&](std::string text) {
-    if (why) *why = std::move(text);
-  };
-  if (!forced_allreduce_.empty()) {
-    say("forced by ANVIEW_ALGO");
-    return forced_allreduce_;
-  }
-  const std::string size = std::to_string(bytes) + " B";
-  if (bytes <= shared_allreduce_bytes_ && placement_allows(shares_memory)) {
-    say(size +
-        " <= ANVIEW_ALLREDUCE_SHARED_BYTES and every rank maps its peers' shared memory (one "
-        "host): contributions published in place, no messages");
-    return "shared";
-  }
-  if (bytes >= direct_allreduce_bytes_ && placement_allows(reads_peers)) {
-    say(size +
-        " >= ANVIEW_ALLREDUCE_DIRECT_BYTES and every rank can read its peers' memory "
-        "(one host, cross-memory attach)");
-    return "direct";
-  }
-  const char* same_host = "";
-  if (bytes >= direct_allreduce_bytes_)
-    same_host = "; direct needs every rank on one host with cross-memory attach";
-  else if (bytes <= shared_allreduce_bytes_)
-    same_host = "; shared needs every rank on one host with the shm transport";
-  if (bytes > small_allreduce_bytes_) {
-    say(size + " > ANVIEW_ALLREDUCE_SMALL_BYTES: bandwidth-bound" + same_host);
-    return "ring";
-  }
-  say(size + " <= ANVIEW_ALLREDUCE_SMALL_BYTES: latency-bound" + same_host);
-  return "recursive_doubling";
-}
-
-std::string Collectives::algorithm(std::string_view collective, std::size_t bytes,
-                                   std::string* why) const {
-  if (collective == "allreduce") return allreduce_choice(bytes, why);
-  // allgather's `bytes` is the whole receive buffer (nccl-tests' size), so a block is 1/n.
-  const bool fits = (collective == "broadcast" && bytes <= shared_slot_payload) ||
-                    (collective == "reduce" && bytes <= shared_allreduce_bytes_) ||
-                    (collective == "allgather" &&
-                     bytes / static_cast<std::size_t>(messenger_.size()) <= shared_slot_payload) ||
-                    collective == "barrier";
-  if (fits && messenger_.size() > 1) {
-    if (placement_allows(shares_memory)) {
-      if (why) *why = "every rank maps its peers' shared memory (one host): no messages";
-      return "shared";
-    }
-  }
-  static const std::pair<std::string_view, std::string_view> fixed[] = {
-      {"broadcast", "binomial"},  {"reduce", "binomial"},      {"allgather", "ring"},
-      {"reduce_scatter", "ring"}, {"alltoall", "pairwise"},    {"gather", "linear"},
-      {"scatter", "linear"},      {"barrier", "dissemination"}};
-  for (const auto& [name, algo] : fixed) {
-    if (name == collective) {
-      if (why) *why = "the only algorithm implemented so far";
-      return std::string(algo);
-    }
-  }
-  return {};
-}
-
 void Collectives::allreduce(const void* send, void* recv, std::size_t count, DataType type,
                             ReduceOp op) {
   Call call = begin("allreduce");
@@ -258,31 +164,13 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
   if (const auto why = unsupported(type, op); !why.empty()) usage(call, why);
   check_buffer(call, send, bytes, "send");
   check_buffer(call, recv, bytes, "receive");
-  if (!forced_allreduce_.empty() && forced_allreduce_ != "ring" &&
-      forced_allreduce_ != "recursive_doubling" && forced_allreduce_ != "direct" &&
-      forced_allreduce_ != "shared")
-    usage(call, "ANVIEW_ALGO names allreduce=" + forced_allreduce_ +
-                    "; known: ring, recursive_doubling, direct, shared");
+  check_known(call);
   if (call.size == 1 || count == 0) {
     if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
     return;
   }
   // Every rank reaches the same decisions: they depend on the arguments and on agreed state.
-  if (forced_allreduce_.empty() || forced_allreduce_ == "direct" || forced_allreduce_ == "shared")
-    placement();
-  const std::string algo = allreduce_choice(bytes, nullptr);
-  if ((algo == "direct" && !placement_allows(reads_peers)) ||
-      (algo == "shared" && !placement_allows(shares_memory))) {
-    usage(call, "ANVIEW_ALGO forces allreduce=" + algo +
-                    ", but not every rank can use it (it needs all ranks on one host with the shm "
-                    "transport" +
-                    (algo == "direct" ? std::string(" and cross-memory attach") : "") +
-                    "; anview-info tells why not)");
-  }
-  if (algo == "shared" && bytes > shared_slot_payload) {
-    usage(call, "allreduce=shared holds at most " + std::to_string(shared_slot_payload) +
-                    " bytes, not " + std::to_string(bytes));
-  }
+  const std::string& algo = choose(call, "allreduce", bytes, size_of(type), bytes, send == recv);
   if (algo == "shared") {
     const std::uint64_t seq = ++shared_calls_;
     run_guarded(call,
@@ -294,8 +182,11 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
     return;
   }
   if (send != recv) std::memcpy(recv, send, bytes);
-  // The ring needs at least one element per rank to be worth its 2(n-1) steps.
-  if (algo == "ring" && count >= static_cast<std::size_t>(call.size))
+  // The ring needs at least one element per rank to be worth its 2(n-1) steps; Rabenseifner's
+  // halving copes with empty segments (it runs only when forced).
+  if (algo == "rabenseifner")
+    run_guarded(call, [&] { allreduce_rabenseifner(call, recv, count, type, op); });
+  else if (algo == "ring" && count >= static_cast<std::size_t>(call.size))
     run_guarded(call, [&] { allreduce_ring(call, recv, count, type, op); });
   else
     run_guarded(call, [&] { allreduce_recursive_doubling(call, recv, count, type, op); });
@@ -307,13 +198,18 @@ void Collectives::broadcast(void* data, std::size_t count, DataType type, int ro
   const std::size_t bytes = checked_bytes(call, count, type);
   check_root(call, root);
   check_buffer(call, data, bytes, "data");
+  check_known(call);
   if (call.size == 1) return;
-  if (bytes <= shared_slot_payload && (placement() & shares_memory) != 0) {
+  const std::string& algo = choose(call, "broadcast", bytes, size_of(type), bytes);
+  if (algo == "shared") {
     const std::uint64_t seq = ++shared_calls_;
     run_guarded(call, [&] { broadcast_shared(call, shared_areas_, seq, data, bytes, root); });
     return;
   }
-  run_guarded(call, [&] { broadcast_binomial(call, data, bytes, root); });
+  if (algo == "chain")
+    run_guarded(call, [&] { broadcast_chain(call, data, bytes, root); });
+  else
+    run_guarded(call, [&] { broadcast_binomial(call, data, bytes, root); });
 }
 
 void Collectives::reduce(const void* send, void* recv, std::size_t count, DataType type,
@@ -324,7 +220,8 @@ void Collectives::reduce(const void* send, void* recv, std::size_t count, DataTy
   check_root(call, root);
   check_buffer(call, send, bytes, "send");
   if (call.rank == root) check_buffer(call, recv, bytes, "receive");
-  if (call.size > 1 && bytes <= shared_allreduce_bytes_ && (placement() & shares_memory) != 0) {
+  check_known(call);
+  if (call.size > 1 && choose(call, "reduce", bytes, size_of(type), bytes) == "shared") {
     const std::uint64_t seq = ++shared_calls_;
     run_guarded(
         call, [&] { reduce_shared(call, shared_areas_, seq, send, recv, count, type, op, root); });
@@ -348,14 +245,22 @@ void Collectives::allgather(const void* send, void* recv, std::size_t count, Dat
   const std::size_t block = checked_bytes(call, count, type);
   check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
-  if (call.size > 1 && block <= shared_slot_payload && (placement() & shares_memory) != 0) {
+  check_known(call);
+  const std::string algo =
+      call.size > 1 ? choose(call, "allgather", block * static_cast<std::size_t>(call.size),
+                             size_of(type), block)
+                    : std::string("ring");
+  if (algo == "shared") {
     const std::uint64_t seq = ++shared_calls_;
     run_guarded(call, [&] { allgather_shared(call, shared_areas_, seq, send, recv, block); });
     return;
   }
   char* mine = static_cast<char*>(recv) + static_cast<std::size_t>(call.rank) * block;
   if (send != mine && block > 0) std::memcpy(mine, send, block);
-  if (call.size > 1)
+  if (call.size == 1) return;
+  if (algo == "bruck")
+    run_guarded(call, [&] { allgather_bruck(call, recv, block); });
+  else
     run_guarded(call, [&] { allgather_ring(call, recv, Blocks::uniform(call.size, block)); });
 }
 
@@ -464,7 +369,8 @@ void Collectives::alltoallv(const void* send, std::span<const std::size_t> send_
 
 void Collectives::barrier() {
   Call call = begin("barrier");
-  if (call.size > 1 && (placement() & shares_memory) != 0) {
+  check_known(call);
+  if (call.size > 1 && choose(call, "barrier", 0, 1, 0) == "shared") {
     const std::uint64_t seq = ++shared_calls_;
     run_guarded(call, [&] { barrier_shared(call, shared_areas_, seq); });
     return;

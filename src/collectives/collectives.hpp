@@ -8,12 +8,15 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "anview/collectives.hpp"
 #include "collectives/algorithms.hpp"
+#include "collectives/cost_model.hpp"
 #include "collectives/direct.hpp"
 #include "collectives/shared.hpp"
 #include "p2p/messenger.hpp"
@@ -22,7 +25,7 @@ namespace anview::collectives {
 
 class Collectives {
  public:
-  // Reads ANVIEW_ALGO and ANVIEW_ALLREDUCE_SMALL_BYTES once, here.
+  // Reads ANVIEW_ALGO and ANVIEW_COLL_CHUNK once, here.
   explicit Collectives(p2p::Messenger& messenger);
 
   void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
@@ -50,10 +53,13 @@ class Collectives {
                  DataType type);
   void barrier();
 
-  // The algorithm allreduce uses for `bytes` (ANVIEW_ALGO, or the size rule), and why.
-  std::string allreduce_choice(std::size_t bytes, std::string* why) const;
-  // The same for any collective by name ("allreduce", "broadcast", ...); empty if unknown.
+  // The algorithm a collective ("allreduce", "broadcast", ...) of `bytes` (float32) uses, and
+  // why (ANVIEW_ALGO, or the tuner's predictions); empty for an unknown collective. Before the
+  // job has measured its costs the predictions use assumed ones (and say so).
   std::string algorithm(std::string_view collective, std::size_t bytes, std::string* why) const;
+  // Every candidate with its predicted time or why it cannot run, the pick and the costs, as
+  // text (empty for an unknown collective). A collective: measures the costs the first time.
+  std::string explain(std::string_view collective, std::size_t bytes);
 
  private:
   // What placement lets the same-host algorithms do, as bits: every peer's memory readable
@@ -69,6 +75,30 @@ class Collectives {
   bool placement_allows(int bit) const;
   Call begin(const char* name);
   [[noreturn]] void usage(const Call& call, const std::string& cause) const;
+  // ANVIEW_ALGO's items (collective, algorithm); choice.cpp holds the choosing.
+  static std::vector<std::pair<std::string, std::string>> read_forced();
+  // What ANVIEW_ALGO forces for `collective`, or empty.
+  const std::string& forced_for(std::string_view collective) const;
+  // A usage error when ANVIEW_ALGO forces an algorithm the call's collective does not have.
+  void check_known(const Call& call) const;
+  // A usage error where placement or size rules out `algo` (forced by ANVIEW_ALGO) for a call
+  // moving `bytes` per rank.
+  void check_runs(const Call& call, const std::string& algo, std::size_t bytes) const;
+  // What the tuner weighs: the ranks, the agreed placement, the chunk size.
+  Topology topology(std::size_t element_bytes, bool in_place = false) const;
+  // The measured costs once measured, else assumed ones (for reports only).
+  CostModel current_model() const;
+  // Measures the costs (a collective of its own) unless done.
+  void measure_costs();
+  // The algorithm of a call: forced (a usage error where it cannot run), else the tuner's pick,
+  // measuring the costs first when there is a choice. `bytes` as in candidates(); `per_rank`
+  // what each rank contributes (the shared slots' limit applies to it). Valid until the next
+  // call of choose().
+  const std::string& choose(const Call& call, std::string_view collective, std::size_t bytes,
+                            std::size_t element_bytes, std::size_t per_rank, bool in_place = false);
+  // The pick with the costs as they are (no measuring), and why.
+  std::string pick(std::string_view collective, std::size_t bytes, std::size_t element_bytes,
+                   bool in_place, std::string* why) const;
   void check_root(const Call& call, int root) const;
   std::size_t checked_bytes(const Call& call, std::size_t count, DataType type) const;
   void check_buffer(const Call& call, const void* p, std::size_t bytes, const char* which) const;
@@ -87,10 +117,8 @@ class Collectives {
 
   p2p::Messenger& messenger_;
   std::uint64_t sequence_ = 0;
-  std::string forced_allreduce_;  // from ANVIEW_ALGO
-  std::size_t small_allreduce_bytes_;
-  std::size_t direct_allreduce_bytes_;
-  std::size_t shared_allreduce_bytes_;
+  std::vector<std::pair<std::string, std::string>> forced_;  // ANVIEW_ALGO: collective, algorithm
+  mutable std::set<std::string, std::less<>> forced_known_;  // collectives whose forced name exists
   // Placement state is read by algorithm() from any thread while collectives run on another
   // (the nonblocking collectives' worker): set once (call_once), agreed once (atomic, -1 until).
   mutable std::once_flag placement_once_;
@@ -98,8 +126,22 @@ class Collectives {
   mutable PeerMemories peer_memories_;
   mutable SharedAreas shared_areas_;
   std::atomic<int> agreed_placement_{-1};
-  std::uint64_t shared_calls_ = 0;       // numbers the shared-memory calls (shared.hpp)
-  std::size_t chunk_bytes_;              // ANVIEW_COLL_CHUNK
+  std::uint64_t shared_calls_ = 0;  // numbers the shared-memory calls (shared.hpp)
+  std::size_t chunk_bytes_;         // ANVIEW_COLL_CHUNK
+  // The measured costs, agreed by all ranks; read by algorithm() from any thread.
+  mutable std::mutex model_mu_;
+  std::optional<CostModel> model_;
+  bool measured_ = false;  // model_ is set (read without the lock by the collectives' thread)
+  // The last pick of each collective, reused while its calls look the same (programs repeat
+  // one size): a small call pays a comparison, not a prediction.
+  struct Decision {
+    std::string collective;
+    std::size_t bytes;
+    std::size_t element_bytes;
+    bool in_place;
+    std::string algorithm;
+  };
+  std::vector<Decision> decisions_;
   std::vector<p2p::RequestPtr> posted_;  // the current call's requests
   std::vector<char> scratch_;            // the current call's incoming data
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/clock.hpp"
+#include "collectives/reduce.hpp"
 
 namespace anview::collectives {
 
@@ -91,6 +92,35 @@ Segment segment(std::size_t count, int parts, int i) {
   const std::size_t extra = count % static_cast<std::size_t>(parts);
   const auto u = static_cast<std::size_t>(i);
   return {u * base + std::min(u, extra), base + (u < extra ? 1 : 0)};
+}
+
+PowerOfTwo fold_to_power_of_two(Call& call, void* data, std::size_t count, DataType type,
+                                ReduceOp op, char* incoming) {
+  const int r = call.rank;
+  const std::size_t bytes = count * size_of(type);
+  PowerOfTwo p{1, 0, -1};
+  while (p.pof2 * 2 <= call.size) p.pof2 *= 2;
+  p.extra = call.size - p.pof2;
+  if (r >= 2 * p.extra) {
+    p.vrank = r - p.extra;
+  } else if (r % 2 == 0) {
+    send(call, data, bytes, r + 1);
+  } else {
+    recv(call, incoming, bytes, r - 1);
+    reduce_into(data, incoming, count, type, op);
+    p.vrank = r / 2;
+  }
+  return p;
+}
+
+void unfold_from_power_of_two(Call& call, const PowerOfTwo& p, void* data, std::size_t bytes) {
+  const int r = call.rank;
+  if (r >= 2 * p.extra) return;
+  if (r % 2 == 1) {
+    send(call, data, bytes, r - 1);
+  } else {
+    recv(call, data, bytes, r + 1);
+  }
 }
 
 }  // namespace anview::collectives

@@ -40,4 +40,21 @@ inline int mod(int a, int n) {
   return ((a % n) + n) % n;
 }
 
+// Recursive doubling and halving pair ranks up by the bits of their number, which needs a power
+// of two of them. The others (MPICH's scheme): the first 2*extra ranks pair up, the even one of
+// each pair hands its data to the odd one and sits out; the pof2 ranks left are numbered 0 to
+// pof2-1 (their vrank) and run the algorithm; the ones that sat out get the result at the end.
+struct PowerOfTwo {
+  int pof2;
+  int extra;
+  int vrank;  // -1 where this rank sits out
+  // The rank behind a vrank.
+  int rank(int v) const { return v < extra ? v * 2 + 1 : v + extra; }
+};
+// Folds the extra ranks' `count` elements into their partners' (`incoming`: room for them).
+PowerOfTwo fold_to_power_of_two(Call& call, void* data, std::size_t count, DataType type,
+                                ReduceOp op, char* incoming);
+// Hands the result (`bytes` of `data`) back to the ranks that sat out.
+void unfold_from_power_of_two(Call& call, const PowerOfTwo& p, void* data, std::size_t bytes);
+
 }  // namespace anview::collectives

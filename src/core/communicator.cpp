@@ -327,6 +327,12 @@ std::string Communicator::collective_algorithm(std::string_view collective, std:
   return impl_->collectives().algorithm(collective, bytes, why);
 }
 
+std::string Communicator::explain_collective(std::string_view collective, std::size_t bytes) {
+  std::string text;
+  impl_->run_collective("explain", [&] { text = impl_->collectives().explain(collective, bytes); });
+  return text;
+}
+
 void Communicator::progress() {
   impl_->messenger().progress();
 }

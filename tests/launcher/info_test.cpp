@@ -154,4 +154,39 @@ TEST(InfoTest, PeersOverTwoEmulatedHosts) {
   EXPECT_NE(text.out.find("rank 3 -> rank 2: " + same_host + " ("), std::string::npos) << text.out;
 }
 
+// --explain: every candidate with its predicted time or why it cannot run, and one pick.
+TEST(InfoTest, ExplainListsEveryCandidateAndThePick) {
+  const Result r = run("", run_ranks(2) + " --explain allreduce 64M");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("allreduce of 67108864 bytes (float32) on 2 ranks"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("costs: alpha "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(measured at the first collective)"), std::string::npos) << r.out;
+  for (const char* algo : {"shared", "direct", "recursive_doubling", "rabenseifner", "ring"})
+    EXPECT_NE(r.out.find(std::string("\n  ") + algo + " "), std::string::npos) << algo << r.out;
+  EXPECT_NE(r.out.find("cannot run: 67108864 B > a shared slot's 65536 B"), std::string::npos)
+      << r.out;
+  std::size_t picks = 0;
+  for (auto at = r.out.find("<- pick"); at != std::string::npos; at = r.out.find("<- pick", at + 1))
+    ++picks;
+  EXPECT_EQ(picks, 1u) << r.out;
+
+  // Across emulated hosts the same-host algorithms cannot run, and the output says why.
+  const Result hosts = run("", run_ranks(4) + " --explain allreduce 8 --emulate-hosts 2");
+  ASSERT_EQ(hosts.exit_code, 0) << hosts.out;
+  EXPECT_NE(hosts.out.find("messages only"), std::string::npos) << hosts.out;
+  EXPECT_NE(hosts.out.find("shared  "), std::string::npos) << hosts.out;
+  EXPECT_NE(hosts.out.find("cannot run: needs every rank on one host"), std::string::npos)
+      << hosts.out;
+
+  // Forced: the forced one is marked, the tuner's favourite is shown for comparison.
+  const Result forced = run("ANVIEW_ALGO=allreduce=ring", run_ranks(2) + " --explain allreduce 1M");
+  ASSERT_EQ(forced.exit_code, 0) << forced.out;
+  EXPECT_NE(forced.out.find("<- forced by ANVIEW_ALGO"), std::string::npos) << forced.out;
+  EXPECT_EQ(forced.out.find("<- pick"), std::string::npos) << forced.out;
+
+  EXPECT_EQ(run("", run_ranks(2) + " --explain allreduse 8").exit_code, 2);
+  EXPECT_EQ(run("", info() + " --explain allreduce 8").exit_code, 2);  // not under a launcher
+}
+
 }  // namespace

@@ -1,18 +1,23 @@
 // Collectives on thread-per-rank communicators (real sockets and shared memory between the
 // threads): every collective on 1 to 8 ranks, powers of two and not, sizes 0, 1, odd, not
-// divisible by the rank count and larger than a ring segment; every operation and type; both
-// allreduce algorithms; and the errors for unsupported or mismatched calls.
+// divisible by the rank count and larger than a ring segment; every operation and type; the
+// message-passing allreduce, broadcast and allgather algorithms, forced by ANVIEW_ALGO; and the
+// errors for unsupported or mismatched calls and unknown forced algorithms.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/reduce.hpp"
+#include "support/scoped_env.hpp"
 #include "support/thread_ranks.hpp"
 
 namespace anview {
@@ -20,22 +25,14 @@ namespace {
 
 using testing::run_ranks;
 
-// Sets an environment variable for the duration of a test (before any rank thread starts).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-
- private:
-  const char* name_;
-};
+using testing::ScopedEnv;
 
 // Rank r's element i: small integers, so float sums are exact.
 std::int64_t contribution(int rank, std::size_t i) {
   return (rank + 1) * static_cast<std::int64_t>(i % 7 + 1);
 }
 
-const int rank_counts[] = {1, 2, 3, 4, 5, 8};
+const int rank_counts[] = {1, 2, 3, 4, 5, 6, 7, 8};
 const std::size_t counts[] = {0, 1, 7, 1000, 100003};
 
 TEST(ReduceKernels, HalfAndBfloat16RoundTrip) {
@@ -80,19 +77,72 @@ void check_allreduce_sum(int n) {
   });
 }
 
-TEST(Collectives, AllreduceSumEveryRankCountRing) {
-  ScopedEnv algo("ANVIEW_ALGO", "allreduce=ring");
+// Forces allreduce=`algo` and checks its sums on every rank count.
+void check_allreduce_sum_forced(const std::string& algo) {
+  ScopedEnv forced("ANVIEW_ALGO", ("allreduce=" + algo).c_str());
   for (int n : rank_counts) {
     SCOPED_TRACE(n);
     check_allreduce_sum(n);
   }
 }
 
+TEST(Collectives, AllreduceSumEveryRankCountRing) {
+  check_allreduce_sum_forced("ring");
+}
+
 TEST(Collectives, AllreduceSumEveryRankCountRecursiveDoubling) {
-  ScopedEnv algo("ANVIEW_ALGO", "allreduce=recursive_doubling");
+  check_allreduce_sum_forced("recursive_doubling");
+}
+
+TEST(Collectives, AllreduceSumEveryRankCountRabenseifner) {
+  check_allreduce_sum_forced("rabenseifner");
+}
+
+// int32 max and float64 avg in place, and a float32 sum whose rounding depends on the order
+// of the additions: every rank must end with the same bits (each segment reduced by one owner).
+TEST(Collectives, AllreduceRabenseifnerMaxAvgAndTheSameBitsOnEveryRank) {
+  ScopedEnv algo("ANVIEW_ALGO", "allreduce=rabenseifner");
+  auto inexact = [](int rank, std::size_t i) {
+    return 0.1f * static_cast<float>(rank + 1) + 1e-3f * static_cast<float>(i % 1013);
+  };
   for (int n : rank_counts) {
     SCOPED_TRACE(n);
-    check_allreduce_sum(n);
+    std::vector<std::vector<std::vector<float>>> sums(static_cast<std::size_t>(n));
+    run_ranks(n, [&](Communicator& comm) {
+      for (std::size_t count : counts) {
+        std::vector<std::int32_t> i32(count);
+        std::vector<double> f64(count);
+        std::vector<float> f32(count);
+        for (std::size_t i = 0; i < count; ++i) {
+          i32[i] = static_cast<std::int32_t>(contribution(comm.rank(), i));
+          f64[i] = static_cast<double>(contribution(comm.rank(), i));
+          f32[i] = inexact(comm.rank(), i);
+        }
+        comm.allreduce(i32.data(), count, DataType::int32, ReduceOp::max);
+        comm.allreduce(f64.data(), count, DataType::float64, ReduceOp::avg);
+        comm.allreduce(f32.data(), count, DataType::float32, ReduceOp::sum);
+        const std::int64_t ranks_sum = n * (n + 1) / 2;
+        for (std::size_t i = 0; i < count; ++i) {
+          const auto k = static_cast<std::int64_t>(i % 7 + 1);
+          ASSERT_EQ(i32[i], contribution(n - 1, i)) << "count " << count << " index " << i;
+          ASSERT_EQ(f64[i], static_cast<double>(ranks_sum * k) / n)
+              << "count " << count << " " << i;
+          double want = 0;
+          for (int r = 0; r < n; ++r) want += inexact(r, i);
+          ASSERT_NEAR(f32[i], want, 1e-4 * n) << "count " << count << " index " << i;
+        }
+        sums[static_cast<std::size_t>(comm.rank())].push_back(std::move(f32));
+      }
+    });
+    for (int r = 1; r < n; ++r) {
+      for (std::size_t c = 0; c < sums[0].size(); ++c) {
+        const auto& mine = sums[static_cast<std::size_t>(r)][c];
+        ASSERT_EQ(mine.size(), sums[0][c].size());
+        if (mine.empty()) continue;
+        ASSERT_EQ(std::memcmp(mine.data(), sums[0][c].data(), mine.size() * sizeof(float)), 0)
+            << "rank " << r << " count " << mine.size();
+      }
+    }
   }
 }
 
@@ -207,6 +257,101 @@ TEST(Collectives, BroadcastAndReduceFromEveryRoot) {
       }
     });
   }
+}
+
+// Chunks of 4 KiB, so that the larger counts go down the chain in many pipelined pieces.
+TEST(Collectives, BroadcastChainFromEveryRootEveryRankCount) {
+  ScopedEnv algo("ANVIEW_ALGO", "broadcast=chain");
+  ScopedEnv chunk("ANVIEW_COLL_CHUNK", "4096");
+  for (int n : rank_counts) {
+    SCOPED_TRACE(n);
+    run_ranks(n, [&](Communicator& comm) {
+      ASSERT_EQ(comm.collective_algorithm("broadcast", 100), "chain");
+      for (int root = 0; root < n; ++root) {
+        for (std::size_t count : counts) {
+          auto value = [&](std::size_t i) {
+            return static_cast<std::int32_t>(root * 1000003 + static_cast<int>(i));
+          };
+          std::vector<std::int32_t> data(count, -1);
+          if (comm.rank() == root)
+            for (std::size_t i = 0; i < count; ++i) data[i] = value(i);
+          comm.broadcast(data.data(), count, DataType::int32, root);
+          for (std::size_t i = 0; i < count; ++i)
+            ASSERT_EQ(data[i], value(i)) << "root " << root << " count " << count << " " << i;
+        }
+      }
+    });
+  }
+}
+
+// Out of place and in place (this rank's block already in the receive buffer).
+TEST(Collectives, AllgatherBruckEveryRankCount) {
+  ScopedEnv algo("ANVIEW_ALGO", "allgather=bruck");
+  for (int n : rank_counts) {
+    SCOPED_TRACE(n);
+    run_ranks(n, [&](Communicator& comm) {
+      ASSERT_EQ(comm.collective_algorithm("allgather", 100), "bruck");
+      const auto me = static_cast<std::size_t>(comm.rank());
+      for (std::size_t count : counts) {
+        const std::size_t total = count * static_cast<std::size_t>(n);
+        auto value = [&](std::size_t i) { return static_cast<std::int32_t>(i / count * 7 + i); };
+        std::vector<std::int32_t> mine(count), all(total, -1), in_place(total, -1);
+        for (std::size_t i = 0; i < count; ++i) {
+          mine[i] = value(me * count + i);
+          in_place[me * count + i] = mine[i];
+        }
+        comm.allgather(mine.data(), all.data(), count, DataType::int32);
+        comm.allgather(in_place.data() + me * count, in_place.data(), count, DataType::int32);
+        for (std::size_t i = 0; i < total; ++i) {
+          ASSERT_EQ(all[i], value(i)) << "count " << count << " index " << i;
+          ASSERT_EQ(in_place[i], value(i)) << "count " << count << " index " << i;
+        }
+      }
+    });
+  }
+}
+
+// Runs `call`, which must fail with a usage error whose message holds each of `words`.
+void expect_usage_error(const std::function<void()>& call,
+                        std::initializer_list<std::string_view> words) {
+  try {
+    call();
+    ADD_FAILURE() << "no usage error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::usage) << e.what();
+    for (const auto word : words)
+      EXPECT_NE(std::string_view(e.what()).find(word), std::string_view::npos) << e.what();
+  }
+}
+
+TEST(Collectives, ForcedAlgorithmsAreReportedAndUnknownOnesAreUsageErrors) {
+  {
+    ScopedEnv algo("ANVIEW_ALGO", "allreduce=rabenseifner,broadcast=binomial,allgather=ring");
+    run_ranks(2, [](Communicator& comm) {
+      std::string why;
+      EXPECT_EQ(comm.collective_algorithm("allreduce", 1 << 20, &why), "rabenseifner");
+      EXPECT_EQ(comm.collective_algorithm("broadcast", 100, &why), "binomial");
+      EXPECT_EQ(why, "forced by ANVIEW_ALGO");
+      EXPECT_EQ(comm.collective_algorithm("allgather", 100, &why), "ring");
+      EXPECT_EQ(why, "forced by ANVIEW_ALGO");
+      // Forced to the message-passing algorithms, small calls skip the shared-memory path.
+      std::int32_t x = comm.rank() == 1 ? 5 : 0;
+      comm.broadcast(&x, 1, DataType::int32, 1);
+      EXPECT_EQ(x, 5);
+      std::int32_t both[2] = {-1, -1};
+      comm.allgather(&x, both, 1, DataType::int32);
+      EXPECT_EQ(both[0], 5);
+      EXPECT_EQ(both[1], 5);
+    });
+  }
+  ScopedEnv algo("ANVIEW_ALGO", "broadcast=nope,allgather=nah");
+  run_ranks(2, [](Communicator& comm) {
+    std::int32_t x[2] = {};
+    expect_usage_error([&] { comm.broadcast(x, 1, DataType::int32, 0); },
+                       {"broadcast #1", "broadcast=nope", "known: shared, binomial, chain"});
+    expect_usage_error([&] { comm.allgather(x, x, 1, DataType::int32); },
+                       {"allgather #2", "allgather=nah", "known: shared, ring, bruck"});
+  });
 }
 
 TEST(Collectives, AllgatherReduceScatterGatherScatterAlltoall) {

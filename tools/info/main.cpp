@@ -7,8 +7,12 @@
 //   anview-run -n 4 anview-info --peers [--emulate-hosts K] [--json]
 //                                  every rank connects; rank 0 prints the per-peer transport
 //                                  plan: which transport serves each pair, why, and the link
+//   anview-run -n 4 anview-info --explain allreduce 64M
+//                                  every rank connects; rank 0 prints every algorithm the tuner
+//                                  considers for that collective and size, its predicted time
+//                                  (or why it cannot run), the pick, and the measured costs
 //
-// Nothing here creates a communicator except --peers.
+// Nothing here creates a communicator except --peers and --explain.
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,7 +54,8 @@ struct Options {
   bool config = false;
   bool peers = false;
   bool json = false;
-  int emulate_hosts = 0;  // 0: off
+  int emulate_hosts = 0;             // 0: off
+  std::vector<std::string> explain;  // collective, size
 };
 
 constexpr anview::Tag size_tag{1};
@@ -422,6 +427,21 @@ int print_peers(const Options& o) {
   return 0;
 }
 
+// ---- --explain ----
+
+int print_explain(const Options& o) {
+  if (o.emulate_hosts > 0) emulate_hosts(o.emulate_hosts);
+  const auto bytes = static_cast<std::size_t>(anview::base::parse_size(o.explain[1], "--explain"));
+  auto comm = anview::Communicator::from_env();
+  const std::string text = comm.explain_collective(o.explain[0], bytes);
+  if (comm.rank() == 0) {
+    std::printf("%s", text.c_str());
+    std::fflush(stdout);
+  }
+  comm.barrier();  // rank 0 has printed: leave together
+  return text.empty() ? 2 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -440,25 +460,41 @@ int main(int argc, char** argv) {
                  "so one machine shows the cross-host plan")
       ->check(CLI::PositiveNumber)
       ->type_name("K");
+  app.add_option("--explain", o.explain,
+                 "connect (under a launcher); rank 0 prints every algorithm the tuner considers "
+                 "for COLLECTIVE of SIZE bytes (K/M/G suffixes), its predicted time, and the pick")
+      ->expected(2)
+      ->type_name("COLLECTIVE SIZE");
   app.add_flag("--json", o.json, "print JSON instead of text");
   CLI11_PARSE(app, argc, argv);
-  if (o.emulate_hosts > 0 && !o.peers) {
-    std::cerr << "anview-info: --emulate-hosts needs --peers\n";
+  const bool connects = o.peers || !o.explain.empty();
+  if (o.emulate_hosts > 0 && !connects) {
+    std::cerr << "anview-info: --emulate-hosts needs --peers or --explain\n";
     return 2;
   }
-  if (o.config && o.peers) {
-    std::cerr << "anview-info: --config and --peers do not go together\n";
+  if (o.config && connects) {
+    std::cerr << "anview-info: --config goes alone (not with --peers or --explain)\n";
+    return 2;
+  }
+  if (o.peers && !o.explain.empty()) {
+    std::cerr << "anview-info: --peers and --explain do not go together\n";
+    return 2;
+  }
+  if (!o.explain.empty() && o.json) {
+    std::cerr << "anview-info: --explain prints text only\n";
     return 2;
   }
 
   try {
+    if (!o.explain.empty()) return print_explain(o);
     return o.peers ? print_peers(o) : print_info(o);
   } catch (const anview::Error& e) {
     // One write per message: the ranks of a job share the terminal.
     std::string text = std::string("anview-info: ") + e.what() + "\n";
-    if (o.peers && e.operation() == "bootstrap.detect_launch")
+    if (connects && e.operation() == "bootstrap.detect_launch")
       text +=
-          "anview-info: --peers runs under a launcher, e.g. anview-run -n 4 anview-info --peers\n";
+          "anview-info: --peers and --explain run under a launcher, e.g. anview-run -n 4 "
+          "anview-info --explain allreduce 64M\n";
     std::cerr << text;
     return e.kind() == anview::ErrorKind::usage ? 2 : 1;
   } catch (const std::exception& e) {

@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""How good the tuner's picks are: anview-perf with the tuner choosing, next to the same sweep
+with every algorithm forced (-a), repetition by repetition (the machine is shared and noisy).
+
+For each size: the algorithm the tuner picked, its time, the fastest forced algorithm of that
+repetition and its time; the table gives medians over repetitions and the median of the
+per-repetition ratios pick/best (1.00 = the tuner picked the fastest; the issue asks <= 1.10).
+
+  scripts/bench_tuner.py [--build build] [--reps 3] [--op allreduce] [--transports shm|tcp]
+                         [--ranks 2] [--max 64M]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from bench_p2p import fmt, med
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALGOS = {
+    "allreduce": ["shared", "direct", "recursive_doubling", "rabenseifner", "ring"],
+    "broadcast": ["shared", "binomial", "chain"],
+    "allgather": ["shared", "ring", "bruck"],
+    "reduce": ["shared", "binomial"],
+}
+SHARED_LIMIT = 64 * 1024  # a shared slot's payload
+
+
+def perf(a, algo, max_bytes):
+    """{bytes: (time_us, algo)} of one anview-perf sweep; None if the algorithm cannot run."""
+    env = dict(os.environ, ANVIEW_TRANSPORTS=a.transports)
+    env.pop("ANVIEW_ALGO", None)
+    cmd = [f"{a.build}/bin/anview-run", "-n", str(a.ranks), "--timeout", "300",
+           f"{a.build}/bin/anview-perf", a.op, "-b", "8", "-e", str(max_bytes), "-f", "8", "--json"]
+    if algo:
+        cmd += ["-a", algo]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    if run.returncode != 0:
+        return None
+    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    return {r["bytes"]: (r["time_us"], r["algo"]) for r in rows}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--op", default="allreduce", choices=sorted(ALGOS))
+    p.add_argument("--transports", default="shm", choices=["shm", "tcp"])
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--max", type=int, default=64 << 20, help="largest size in bytes")
+    a = p.parse_args()
+    reps = []  # per repetition: {size: (pick us, pick algo, best us, best algo)}
+    for _ in range(a.reps):
+        auto = perf(a, None, a.max)
+        forced = {}
+        for algo in ALGOS[a.op]:
+            limit = a.max
+            if algo == "shared":
+                limit = min(a.max, SHARED_LIMIT * (a.ranks if a.op == "allgather" else 1))
+            got = perf(a, algo, limit)
+            if got:
+                forced[algo] = got
+        row = {}
+        for size, (us, algo) in auto.items():
+            times = {al: t[size][0] for al, t in forced.items() if size in t}
+            best = min(times, key=times.get)
+            row[size] = (us, algo, times[best], best)
+        reps.append(row)
+    print(f"{a.op}, {a.ranks} ranks over {a.transports}, float32 sum; {a.reps} repetitions; "
+          f"candidates forced: {', '.join(ALGOS[a.op])}\n")
+    print("| size | tuner pick | pick us | fastest forced | fastest us | pick/fastest, median [min-max] |")
+    print("|---|---|---|---|---|---|")
+    for size in sorted(reps[0]):
+        rows = [r[size] for r in reps if size in r]
+        picks = sorted({r[1] for r in rows})
+        bests = sorted({r[3] for r in rows})
+        print(f"| {size} | {'/'.join(picks)} | {fmt(med([r[0] for r in rows]))} | {'/'.join(bests)} | "
+              f"{fmt(med([r[2] for r in rows]))} | {fmt(med([r[0] / r[2] for r in rows]))}x |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

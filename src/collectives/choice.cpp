@@ -1,0 +1,221 @@
+// How a collective call gets its algorithm: ANVIEW_ALGO, or the tuner's pick from the cost
+// model (cost_model.hpp) with the costs the job measured (tuning.hpp); and the reports of it
+// (collective_algorithm, anview-info --explain).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "base/config.hpp"
+#include "collectives/collectives.hpp"  // the members defined here
+#include "collectives/tuning.hpp"
+
+namespace anview::collectives {
+namespace {
+
+const base::Setting algo_setting(
+    "collectives", "ANVIEW_ALGO", "",
+    "Forces algorithms, as collective=algorithm items separated by commas: allreduce=ring, "
+    "recursive_doubling, rabenseifner, direct or shared; broadcast=binomial, chain or shared; "
+    "allgather=ring, bruck or shared; reduce=binomial or shared; barrier=dissemination or "
+    "shared (default: the tuner's pick, see anview-info --explain)");
+
+// Costs to predict with before the job has measured its own (reports only: every call that
+// chooses measures first). Loopback-TCP-like, so nothing looks better than it will be.
+CostModel assumed_costs() {
+  return {.alpha_us = 10,
+          .link_bpus = 1500,
+          .reduce_bpus = 5000,
+          .copy_bpus = 5000,
+          .flag_us = 1,
+          .source =
+              "assumed: the job measures its own at its first collective that has a "
+              "choice"};
+}
+
+std::string microseconds(double us) {
+  char text[32];
+  std::snprintf(text, sizeof text, us < 10 ? "%.2f" : us < 1000 ? "%.1f" : "%.0f", us);
+  return text;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> Collectives::read_forced() {
+  std::vector<std::pair<std::string, std::string>> forced;
+  for (const auto& item : algo_setting.as_list()) {
+    const auto eq = item.find('=');
+    if (eq != std::string::npos) forced.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  return forced;
+}
+
+const std::string& Collectives::forced_for(std::string_view collective) const {
+  static const std::string none;
+  for (const auto& [name, algo] : forced_)
+    if (name == collective) return algo;
+  return none;
+}
+
+void Collectives::check_known(const Call& call) const {
+  const std::string& forced = forced_for(call.name);
+  if (forced.empty() || forced_known_.count(call.name) > 0) return;
+  std::string names;
+  for (const auto& c : candidates(call.name, 0, topology(1), assumed_costs())) {
+    if (c.algorithm == forced) {
+      forced_known_.insert(call.name);  // checked once, not at every call
+      return;
+    }
+    names += (names.empty() ? "" : ", ") + c.algorithm;
+  }
+  usage(call, "ANVIEW_ALGO names " + std::string(call.name) + "=" + forced + "; known: " + names);
+}
+
+void Collectives::check_runs(const Call& call, const std::string& algo, std::size_t bytes) const {
+  if ((algo == "direct" && !placement_allows(reads_peers)) ||
+      (algo == "shared" && !placement_allows(shares_memory))) {
+    usage(call, "ANVIEW_ALGO forces " + std::string(call.name) + "=" + algo +
+                    ", but not every rank can use it (it needs all ranks on one host with the shm "
+                    "transport" +
+                    (algo == "direct" ? std::string(" and cross-memory attach") : "") +
+                    "; anview-info tells why not)");
+  }
+  if (algo == "shared" && bytes > shared_slot_payload) {
+    usage(call, std::string(call.name) + "=shared holds at most " +
+                    std::to_string(shared_slot_payload) + " bytes per rank, not " +
+                    std::to_string(bytes));
+  }
+}
+
+Topology Collectives::topology(std::size_t element_bytes, bool in_place) const {
+  return {.ranks = messenger_.size(),
+          .shares_memory = placement_allows(shares_memory),
+          .reads_peers = placement_allows(reads_peers),
+          .shared_limit = shared_slot_payload,
+          .chunk_bytes = chunk_bytes_,
+          .element_bytes = element_bytes,
+          .in_place = in_place};
+}
+
+CostModel Collectives::current_model() const {
+  std::lock_guard lock(model_mu_);
+  return model_ ? *model_ : assumed_costs();
+}
+
+void Collectives::measure_costs() {
+  {
+    std::lock_guard lock(model_mu_);
+    if (model_) return;
+  }
+  const int bits = placement();
+  Call call = begin("tuning probe");
+  CostModel measured;
+  run_guarded(call, [&] {
+    const Placement where{.bits = bits,
+                          .areas = (bits & shares_memory) != 0 ? &shared_areas_ : nullptr,
+                          .peers = (bits & reads_peers) != 0 ? &peer_memories_ : nullptr};
+    measured = tune(call, where, shared_calls_);
+  });
+  std::lock_guard lock(model_mu_);
+  model_ = measured;
+  measured_ = true;
+}
+
+const std::string& Collectives::choose(const Call& call, std::string_view collective,
+                                       std::size_t bytes, std::size_t element_bytes,
+                                       std::size_t per_rank, bool in_place) {
+  placement();
+  if (const std::string& forced = forced_for(collective); !forced.empty()) {
+    check_runs(call, forced, per_rank);
+    return forced;
+  }
+  Decision* last = nullptr;
+  for (auto& d : decisions_)
+    if (d.collective == collective) last = &d;
+  if (last != nullptr && measured_ && last->bytes == bytes &&
+      last->element_bytes == element_bytes && last->in_place == in_place)
+    return last->algorithm;
+  int choices = 0;
+  for (const auto& c :
+       candidates(collective, bytes, topology(element_bytes, in_place), assumed_costs()))
+    choices += c.usable ? 1 : 0;
+  if (choices > 1) measure_costs();
+  if (last == nullptr)
+    last = &decisions_.emplace_back(Decision{std::string(collective), 0, 0, false, {}});
+  *last = Decision{std::string(collective), bytes, element_bytes, in_place,
+                   pick(collective, bytes, element_bytes, in_place, nullptr)};
+  return last->algorithm;
+}
+
+std::string Collectives::pick(std::string_view collective, std::size_t bytes,
+                              std::size_t element_bytes, bool in_place, std::string* why) const {
+  if (const std::string& forced = forced_for(collective); !forced.empty()) {
+    if (why) *why = "forced by ANVIEW_ALGO";
+    return forced;
+  }
+  const CostModel model = current_model();
+  const auto list = candidates(collective, bytes, topology(element_bytes, in_place), model);
+  const int best = cheapest(list);
+  if (best < 0) return {};
+  const Candidate& chosen = list[static_cast<std::size_t>(best)];
+  if (why) {
+    *why = "predicted " + microseconds(chosen.predicted_us) + " us";
+    for (const auto& c : list) {
+      if (&c == &chosen) continue;
+      *why += c.usable ? "; " + c.algorithm + " " + microseconds(c.predicted_us) + " us"
+                       : "; " + c.algorithm + " cannot run: " + c.why_not;
+    }
+    *why += " (costs " + model.source + ")";
+  }
+  return chosen.algorithm;
+}
+
+std::string Collectives::explain(std::string_view collective, std::size_t bytes) {
+  const int n = messenger_.size();
+  if (candidates(collective, bytes, topology(4), assumed_costs()).empty()) return {};
+  if (n > 1) {
+    placement();
+    measure_costs();
+  }
+  const CostModel model = current_model();
+  const Topology t = topology(4);
+  const auto list = candidates(collective, bytes, t, model);
+  const int best = cheapest(list);
+  const std::string& forced = forced_for(collective);
+  std::string text = std::string(collective) + " of " + std::to_string(bytes) +
+                     " bytes (float32) on " + std::to_string(n) + " rank" + (n == 1 ? "" : "s") +
+                     ": ";
+  if (t.shares_memory || t.reads_peers) {
+    text += "one host (";
+    text += t.shares_memory ? "shared memory" : "";
+    text += t.shares_memory && t.reads_peers ? ", " : "";
+    text += t.reads_peers ? "cross-memory attach" : "";
+    text += ")\n";
+  } else {
+    text += n == 1 ? "nothing to move\n" : "messages only (several hosts, or no shm transport)\n";
+  }
+  text += "costs: " + describe(model) + "\n";
+  char row[160];
+  std::snprintf(row, sizeof row, "  %-20s %14s\n", "algorithm", "predicted_us");
+  text += row;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Candidate& c = list[i];
+    std::string note;
+    if (!c.usable) note = "cannot run: " + c.why_not;
+    if (static_cast<int>(i) == best) note = forced.empty() ? "<- pick" : "(fastest predicted)";
+    if (c.algorithm == forced)
+      note += std::string(note.empty() ? "" : " ") + "<- forced by ANVIEW_ALGO";
+    std::snprintf(row, sizeof row, "  %-20s %14s  ", c.algorithm.c_str(),
+                  c.usable ? microseconds(c.predicted_us).c_str() : "-");
+    std::string line = row + note;
+    line.erase(line.find_last_not_of(' ') + 1);
+    text += line + "\n";
+  }
+  return text;
+}
+
+std::string Collectives::algorithm(std::string_view collective, std::size_t bytes,
+                                   std::string* why) const {
+  return pick(collective, bytes, size_of(DataType::float32), false, why);
+}
+
+}  // namespace anview::collectives

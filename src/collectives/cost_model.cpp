@@ -1,0 +1,170 @@
+#include "collectives/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace anview::collectives {
+namespace {
+
+int ceil_log2(int n) {
+  int rounds = 0;
+  while ((1 << rounds) < n) ++rounds;
+  return rounds;
+}
+
+int floor_pow2(int n) {
+  int pof2 = 1;
+  while (pof2 * 2 <= n) pof2 *= 2;
+  return pof2;
+}
+
+// The cost terms of one model, in microseconds.
+struct Terms {
+  const CostModel& m;
+  double send(double bytes) const { return m.alpha_us + bytes / m.link_bpus; }
+  double reduce(double bytes) const { return bytes / m.reduce_bpus; }
+  double copy(double bytes) const { return bytes / m.copy_bpus; }
+};
+
+Candidate usable(std::string name, double us) {
+  return Candidate{std::move(name), true, us, {}};
+}
+
+Candidate refused(std::string name, std::string why) {
+  return Candidate{std::move(name), false, 0, std::move(why)};
+}
+
+// A same-host algorithm through the shared slots, or why it cannot run here.
+Candidate shared(const Topology& t, std::size_t payload, double us) {
+  if (!t.shares_memory)
+    return refused("shared", "needs every rank on one host with the shm transport");
+  if (payload > t.shared_limit)
+    return refused("shared", std::to_string(payload) + " B > a shared slot's " +
+                                 std::to_string(t.shared_limit) + " B");
+  return usable("shared", us);
+}
+
+// Ranks that are not a power of two: the first 2 * extra ranks fold into their partners first
+// and get the result back last (MPICH's scheme), one full message each way.
+double fold_cost(const Terms& c, int p, double n) {
+  return p == floor_pow2(p) ? 0 : 2 * c.send(n) + c.reduce(n);
+}
+
+std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t bytes) {
+  const int p = t.ranks;
+  const double n = static_cast<double>(bytes);
+  const int pof2 = floor_pow2(p);
+  const int rounds = ceil_log2(pof2);
+  // The message-based algorithms work in the receive buffer: out of place, they copy the
+  // input there first (the same-host ones read the send buffers directly).
+  const double input_copy = t.in_place ? 0 : c.copy(n);
+  std::vector<Candidate> out;
+  // Publish (a copy), one flag round, then every rank reduces all p contributions itself.
+  out.push_back(shared(t, bytes, c.m.flag_us + c.copy(n) + (p - 1) * c.reduce(n)));
+  if (t.reads_peers) {
+    // Postings, "ready" and "done" (three rounds of small messages); each rank reads p-1
+    // segments of n/p to reduce its own, then p-1 reduced segments from their owners.
+    const double seg = n / p;
+    out.push_back(usable(
+        "direct", 3 * c.m.alpha_us + 2 * (p - 1) * seg / c.m.link_bpus + (p - 1) * c.reduce(seg)));
+  } else {
+    out.push_back(refused("direct", "needs every rank on one host with cross-memory attach"));
+  }
+  out.push_back(usable("recursive_doubling",
+                       input_copy + rounds * (c.send(n) + c.reduce(n)) + fold_cost(c, p, n)));
+  const double share = static_cast<double>(pof2 - 1) / pof2;
+  out.push_back(usable("rabenseifner", input_copy + 2 * rounds * c.m.alpha_us +
+                                           2 * share * n / c.m.link_bpus + share * c.reduce(n) +
+                                           fold_cost(c, p, n)));
+  if (bytes / std::max<std::size_t>(t.element_bytes, 1) < static_cast<std::size_t>(p)) {
+    out.push_back(refused("ring", "fewer elements than ranks"));
+  } else {
+    // Reduce-scatter steps send their segment in chunks (one alpha each, overlapped with the
+    // reduction of the previous chunk); allgather steps send one message each.
+    const double seg = n / p;
+    const double chunks = std::max(
+        1.0, std::ceil(seg / static_cast<double>(std::max<std::size_t>(t.chunk_bytes, 1))));
+    const double ring_share = static_cast<double>(p - 1) / p;
+    out.push_back(usable("ring", input_copy + (p - 1) * (chunks + 1) * c.m.alpha_us +
+                                     2 * ring_share * n / c.m.link_bpus +
+                                     ring_share * c.reduce(n)));
+  }
+  return out;
+}
+
+std::vector<Candidate> broadcast(const Topology& t, const Terms& c, std::size_t bytes) {
+  const int p = t.ranks;
+  const double n = static_cast<double>(bytes);
+  std::vector<Candidate> out;
+  // The root copies in, every other rank copies out, after one flag round.
+  out.push_back(shared(t, bytes, c.m.flag_us + 2 * c.copy(n)));
+  out.push_back(usable("binomial", ceil_log2(p) * c.send(n)));
+  // A chain of p ranks passing k chunks: the last chunk leaves the root after k sends and
+  // needs p - 1 hops; the hops of different chunks overlap.
+  const double k =
+      std::max(1.0, std::ceil(n / static_cast<double>(std::max<std::size_t>(t.chunk_bytes, 1))));
+  out.push_back(usable("chain", (p - 2 + k) * c.send(n / k)));
+  return out;
+}
+
+std::vector<Candidate> allgather(const Topology& t, const Terms& c, std::size_t bytes) {
+  const int p = t.ranks;
+  const double n = static_cast<double>(bytes);
+  const double block = n / p;
+  std::vector<Candidate> out;
+  out.push_back(shared(t, bytes / static_cast<std::size_t>(p), c.m.flag_us + c.copy(n)));
+  out.push_back(usable("ring", (p - 1) * c.send(block)));
+  // log2(p) messages carrying p-1 blocks in all, plus rotating the result into place.
+  out.push_back(
+      usable("bruck", ceil_log2(p) * c.m.alpha_us + (p - 1) * block / c.m.link_bpus + c.copy(n)));
+  return out;
+}
+
+}  // namespace
+
+std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes, const Topology& t,
+                                  const CostModel& model) {
+  const Terms c{model};
+  const int p = std::max(t.ranks, 1);
+  const double n = static_cast<double>(bytes);
+  if (collective == "allreduce") return allreduce(t, c, bytes);
+  if (collective == "broadcast") return broadcast(t, c, bytes);
+  if (collective == "allgather") return allgather(t, c, bytes);
+  if (collective == "reduce") {
+    return {shared(t, bytes, c.m.flag_us + c.copy(n) + (p - 1) * c.reduce(n)),
+            usable("binomial", ceil_log2(p) * (c.send(n) + c.reduce(n)))};
+  }
+  if (collective == "barrier")
+    return {shared(t, 0, c.m.flag_us), usable("dissemination", ceil_log2(p) * c.m.alpha_us)};
+  // One algorithm each so far; `bytes` is the whole buffer, n/p per rank and step.
+  if (collective == "reduce_scatter")
+    return {usable("ring", (p - 1) * (c.send(n / p) + c.reduce(n / p)))};
+  if (collective == "alltoall") return {usable("pairwise", (p - 1) * c.send(n / p))};
+  // The root's link carries the p-1 blocks one after another.
+  if (collective == "gather" || collective == "scatter")
+    return {usable("linear", c.m.alpha_us + (p - 1) * n / p / c.m.link_bpus)};
+  return {};
+}
+
+int cheapest(const std::vector<Candidate>& list) {
+  int best = -1;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].usable) continue;
+    if (best < 0 || list[i].predicted_us < list[static_cast<std::size_t>(best)].predicted_us)
+      best = static_cast<int>(i);
+  }
+  return best;
+}
+
+std::string describe(const CostModel& m) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "alpha %.2f us, link %.2f GB/s, peer read %.2f GB/s, reduce %.2f GB/s, copy %.2f "
+                "GB/s, shared flag %.2f us",
+                m.alpha_us, m.link_bpus / 1e3, m.read_bpus / 1e3, m.reduce_bpus / 1e3,
+                m.copy_bpus / 1e3, m.flag_us);
+  return std::string(line) + " (" + m.source + ")";
+}
+
+}  // namespace anview::collectives

@@ -1,0 +1,139 @@
+// The tuner's cost model: which algorithm it predicts fastest for the shapes that matter, and
+// why it refuses the ones that cannot run.
+#include "collectives/cost_model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace anview::collectives {
+namespace {
+
+// Roughly this machine's shared memory and loopback TCP (GB/s = 1000 bytes/us).
+CostModel shm_model() {
+  return {.alpha_us = 1.0,
+          .link_bpus = 5000,
+          .reduce_bpus = 10000,
+          .copy_bpus = 10000,
+          .flag_us = 0.3,
+          .source = "test"};
+}
+CostModel tcp_model() {
+  return {.alpha_us = 15.0,
+          .link_bpus = 1500,
+          .reduce_bpus = 10000,
+          .copy_bpus = 10000,
+          .flag_us = 0,
+          .source = "test"};
+}
+Topology one_host(int ranks) {
+  return {.ranks = ranks,
+          .shares_memory = true,
+          .reads_peers = true,
+          .shared_limit = 65536,
+          .chunk_bytes = 262144,
+          .element_bytes = 4};
+}
+Topology hosts(int ranks) {
+  return {.ranks = ranks,
+          .shares_memory = false,
+          .reads_peers = false,
+          .shared_limit = 65536,
+          .chunk_bytes = 262144,
+          .element_bytes = 4};
+}
+
+std::string pick(std::string_view collective, std::size_t bytes, const Topology& t,
+                 const CostModel& m) {
+  const auto list = candidates(collective, bytes, t, m);
+  const int best = cheapest(list);
+  return best < 0 ? std::string("none") : list[static_cast<std::size_t>(best)].algorithm;
+}
+
+const Candidate& find(const std::vector<Candidate>& list, const std::string& name) {
+  for (const auto& c : list)
+    if (c.algorithm == name) return c;
+  throw std::runtime_error("no candidate " + name);
+}
+
+TEST(CostModel, UnknownCollectiveHasNoCandidates) {
+  EXPECT_TRUE(candidates("allreduse", 8, one_host(2), shm_model()).empty());
+  EXPECT_EQ(cheapest({}), -1);
+}
+
+TEST(CostModel, OneHostAllreducePicksSharedWhenSmallAndDirectWhenLarge) {
+  EXPECT_EQ(pick("allreduce", 8, one_host(2), shm_model()), "shared");
+  EXPECT_EQ(pick("allreduce", 4096, one_host(4), shm_model()), "shared");
+  EXPECT_EQ(pick("allreduce", 64 << 20, one_host(2), shm_model()), "direct");
+  EXPECT_EQ(pick("allreduce", 16 << 20, one_host(4), shm_model()), "direct");
+}
+
+TEST(CostModel, SameHostAlgorithmsAreRefusedWithTheReasonAcrossHosts) {
+  const auto list = candidates("allreduce", 8, hosts(4), tcp_model());
+  EXPECT_FALSE(find(list, "shared").usable);
+  EXPECT_NE(find(list, "shared").why_not.find("one host"), std::string::npos);
+  EXPECT_FALSE(find(list, "direct").usable);
+  EXPECT_NE(find(list, "direct").why_not.find("cross-memory attach"), std::string::npos);
+  const auto big = candidates("allreduce", 1 << 20, one_host(2), shm_model());
+  EXPECT_FALSE(find(big, "shared").usable);
+  EXPECT_NE(find(big, "shared").why_not.find("65536"), std::string::npos);
+}
+
+TEST(CostModel, AcrossHostsLatencyBoundIsRecursiveDoublingBandwidthBoundHalvesTheData) {
+  EXPECT_EQ(pick("allreduce", 8, hosts(8), tcp_model()), "recursive_doubling");
+  // Ring and Rabenseifner move the same bytes; Rabenseifner needs log2(p) rounds, not p-1.
+  EXPECT_EQ(pick("allreduce", 64 << 20, hosts(8), tcp_model()), "rabenseifner");
+  const auto list = candidates("allreduce", 64 << 20, hosts(8), tcp_model());
+  EXPECT_LT(find(list, "ring").predicted_us, 0.6 * find(list, "recursive_doubling").predicted_us);
+}
+
+TEST(CostModel, NonPowerOfTwoRanksPayForFolding) {
+  const auto six = candidates("allreduce", 1 << 20, hosts(6), tcp_model());
+  const auto four = candidates("allreduce", 1 << 20, hosts(4), tcp_model());
+  EXPECT_GT(find(six, "recursive_doubling").predicted_us,
+            find(four, "recursive_doubling").predicted_us);
+  EXPECT_GT(find(six, "rabenseifner").predicted_us, find(four, "rabenseifner").predicted_us);
+}
+
+TEST(CostModel, RingNeedsAnElementPerRank) {
+  const auto list = candidates("allreduce", 12, hosts(4), tcp_model());  // 3 floats
+  EXPECT_FALSE(find(list, "ring").usable);
+  EXPECT_TRUE(find(candidates("allreduce", 16, hosts(4), tcp_model()), "ring").usable);
+}
+
+TEST(CostModel, BroadcastSmallIsATreeLargeIsAPipelinedChain) {
+  EXPECT_EQ(pick("broadcast", 8, hosts(8), tcp_model()), "binomial");
+  EXPECT_EQ(pick("broadcast", 64 << 20, hosts(8), tcp_model()), "chain");
+  EXPECT_EQ(pick("broadcast", 8, one_host(4), shm_model()), "shared");
+}
+
+TEST(CostModel, AllgatherSmallIsBruckLargeIsTheRing) {
+  EXPECT_EQ(pick("allgather", 8 * 64, hosts(8), tcp_model()), "bruck");
+  EXPECT_EQ(pick("allgather", 64 << 20, hosts(8), tcp_model()), "ring");
+}
+
+TEST(CostModel, EveryCollectiveHasAPrediction) {
+  for (const char* c : {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
+                        "alltoall", "gather", "scatter", "barrier"}) {
+    SCOPED_TRACE(c);
+    const auto list = candidates(c, 1 << 20, hosts(4), tcp_model());
+    const int best = cheapest(list);
+    ASSERT_GE(best, 0);
+    EXPECT_GT(list[static_cast<std::size_t>(best)].predicted_us, 0);
+  }
+}
+
+TEST(CostModel, TiesGoToTheFirstCandidate) {
+  std::vector<Candidate> list{{"a", false, 0, "no"}, {"b", true, 5, {}}, {"c", true, 5, {}}};
+  EXPECT_EQ(cheapest(list), 1);
+}
+
+TEST(CostModel, DescribeNamesEveryParameterAndTheSource) {
+  const std::string text = describe(shm_model());
+  EXPECT_NE(text.find("alpha 1.00 us"), std::string::npos) << text;
+  EXPECT_NE(text.find("link 5.00 GB/s"), std::string::npos) << text;
+  EXPECT_NE(text.find("(test)"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace anview::collectives
