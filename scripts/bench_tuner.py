@@ -7,7 +7,7 @@ repetition and its time; the table gives medians over repetitions and the median
 per-repetition ratios pick/best (1.00 = the tuner picked the fastest; the issue asks <= 1.10).
 
   scripts/bench_tuner.py [--build build] [--reps 3] [--op allreduce] [--transports shm|tcp]
-                         [--ranks 2] [--max 64M]
+                         [--ranks 2] [--max BYTES] [--hosts K]
 """
 import argparse
 import json
@@ -19,7 +19,7 @@ from bench_p2p import fmt, med
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = {
-    "allreduce": ["shared", "direct", "recursive_doubling", "rabenseifner", "ring"],
+    "allreduce": ["shared", "direct", "recursive_doubling", "rabenseifner", "hierarchical", "ring"],
     "broadcast": ["shared", "binomial", "chain"],
     "allgather": ["shared", "ring", "bruck"],
     "reduce": ["shared", "binomial"],
@@ -29,12 +29,17 @@ SHARED_LIMIT = 64 * 1024  # a shared slot's payload
 
 def perf(a, algo, max_bytes):
     """{bytes: (time_us, algo)} of one anview-perf sweep; None if the algorithm cannot run."""
-    env = dict(os.environ, ANVIEW_TRANSPORTS=a.transports)
+    # shm where ranks share a host, tcp between (emulated) hosts
+    env = dict(os.environ, ANVIEW_TRANSPORTS="tcp" if a.transports == "tcp" else "shm,tcp")
     env.pop("ANVIEW_ALGO", None)
-    cmd = [f"{a.build}/bin/anview-run", "-n", str(a.ranks), "--timeout", "300",
-           f"{a.build}/bin/anview-perf", a.op, "-b", "8", "-e", str(max_bytes), "-f", "8", "--json"]
+    perf_cmd = [f"{a.build}/bin/anview-perf", a.op, "-b", "8", "-e", str(max_bytes), "-f", "8", "--json"]
     if algo:
-        cmd += ["-a", algo]
+        perf_cmd += ["-a", algo]
+    if a.hosts > 1:  # consecutive ranks share an emulated host (ANVIEW_HOST_ID)
+        script = (f'ANVIEW_HOST_ID=emulated-$((ANVIEW_RANK * {a.hosts} / {a.ranks})) '
+                  'exec "$@"')
+        perf_cmd = ["sh", "-c", script, "sh"] + perf_cmd
+    cmd = [f"{a.build}/bin/anview-run", "-n", str(a.ranks), "--timeout", "300"] + perf_cmd
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if run.returncode != 0:
         return None
@@ -50,6 +55,7 @@ def main():
     p.add_argument("--transports", default="shm", choices=["shm", "tcp"])
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--max", type=int, default=64 << 20, help="largest size in bytes")
+    p.add_argument("--hosts", type=int, default=1, help="emulate this many hosts (ANVIEW_HOST_ID)")
     a = p.parse_args()
     reps = []  # per repetition: {size: (pick us, pick algo, best us, best algo)}
     for _ in range(a.reps):
@@ -68,7 +74,8 @@ def main():
             best = min(times, key=times.get)
             row[size] = (us, algo, times[best], best)
         reps.append(row)
-    print(f"{a.op}, {a.ranks} ranks over {a.transports}, float32 sum; {a.reps} repetitions; "
+    where = f" on {a.hosts} emulated hosts (tcp between them)" if a.hosts > 1 else ""
+    print(f"{a.op}, {a.ranks} ranks{where} over {a.transports}, float32 sum; {a.reps} repetitions; "
           f"candidates forced: {', '.join(ALGOS[a.op])}\n")
     print("| size | tuner pick | pick us | fastest forced | fastest us | pick/fastest, median [min-max] |")
     print("|---|---|---|---|---|---|")

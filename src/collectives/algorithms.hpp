@@ -32,6 +32,21 @@ struct Call {
   std::vector<char>& scratch;
   std::size_t chunk_bytes;  // pipelining unit of the ring's reduce steps
 
+  // A subgroup's call (the steps of hierarchical algorithms): `rank` and `size` are positions
+  // in `group`, which holds the communicator's ranks it addresses; null: the whole of it.
+  const std::vector<int>* group = nullptr;
+
+  // The communicator's rank at position `r` of this call.
+  int world(int r) const { return group != nullptr ? (*group)[static_cast<std::size_t>(r)] : r; }
+  // The same call among `ranks` (communicator ranks, this one at position `index`): the same
+  // tag, timeout, requests and scratch. Of a whole-communicator call only.
+  Call among(const std::vector<int>& ranks, int index) const {
+    Call c = *this;
+    c.group = &ranks;
+    c.rank = index;
+    c.size = static_cast<int>(ranks.size());
+    return c;
+  }
   std::string operation() const { return std::string(name) + " #" + std::to_string(seq); }
   // Room for `bytes` of incoming data (valid until the next call).
   char* scratch_bytes(std::size_t bytes) {

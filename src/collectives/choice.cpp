@@ -15,9 +15,9 @@ namespace {
 const base::Setting algo_setting(
     "collectives", "ANVIEW_ALGO", "",
     "Forces algorithms, as collective=algorithm items separated by commas: allreduce=ring, "
-    "recursive_doubling, rabenseifner, direct or shared; broadcast=binomial, chain or shared; "
-    "allgather=ring, bruck or shared; reduce=binomial or shared; barrier=dissemination or "
-    "shared (default: the tuner's pick, see anview-info --explain)");
+    "recursive_doubling, rabenseifner, hierarchical, direct or shared; broadcast=binomial, "
+    "chain or shared; allgather=ring, bruck or shared; reduce=binomial or shared; "
+    "barrier=dissemination or shared (default: the tuner's pick, see anview-info --explain)");
 
 // Costs to predict with before the job has measured its own (reports only: every call that
 // chooses measures first). Loopback-TCP-like, so nothing looks better than it will be.
@@ -79,6 +79,11 @@ void Collectives::check_runs(const Call& call, const std::string& algo, std::siz
                     (algo == "direct" ? std::string(" and cross-memory attach") : "") +
                     "; anview-info tells why not)");
   }
+  if (algo == "hierarchical" && topology(1).hosts <= 1) {
+    usage(call, "ANVIEW_ALGO forces " + std::string(call.name) +
+                    "=hierarchical, but every rank is on one host (anview-info --peers shows "
+                    "the hosts)");
+  }
   if (algo == "shared" && bytes > shared_slot_payload) {
     usage(call, std::string(call.name) + "=shared holds at most " +
                     std::to_string(shared_slot_payload) + " bytes per rank, not " +
@@ -87,7 +92,10 @@ void Collectives::check_runs(const Call& call, const std::string& algo, std::siz
 }
 
 Topology Collectives::topology(std::size_t element_bytes, bool in_place) const {
+  const bool agreed = agreed_placement_.load(std::memory_order_acquire) >= 0;
   return {.ranks = messenger_.size(),
+          .hosts = agreed ? static_cast<int>(layout_.hosts.size()) : 1,
+          .largest_host = agreed ? layout_.largest : messenger_.size(),
           .shares_memory = placement_allows(shares_memory),
           .reads_peers = placement_allows(reads_peers),
           .shared_limit = shared_slot_payload,
@@ -112,7 +120,8 @@ void Collectives::measure_costs() {
   run_guarded(call, [&] {
     const Placement where{.bits = bits,
                           .areas = (bits & shares_memory) != 0 ? &shared_areas_ : nullptr,
-                          .peers = (bits & reads_peers) != 0 ? &peer_memories_ : nullptr};
+                          .peers = (bits & reads_peers) != 0 ? &peer_memories_ : nullptr,
+                          .layout = &layout_};
     measured = tune(call, where, shared_calls_);
   });
   std::lock_guard lock(model_mu_);
@@ -144,6 +153,17 @@ const std::string& Collectives::choose(const Call& call, std::string_view collec
   *last = Decision{std::string(collective), bytes, element_bytes, in_place,
                    pick(collective, bytes, element_bytes, in_place, nullptr)};
   return last->algorithm;
+}
+
+std::string Collectives::leaders_algorithm(std::size_t bytes, std::size_t element_bytes) const {
+  Topology leaders = topology(element_bytes, true);
+  leaders.ranks = leaders.hosts;
+  leaders.hosts = leaders.largest_host = 1;
+  leaders.shares_memory = leaders.reads_peers = false;
+  const auto list = candidates("allreduce", bytes, leaders, current_model());
+  const int best = cheapest(list);
+  return best < 0 ? std::string("recursive_doubling")
+                  : list[static_cast<std::size_t>(best)].algorithm;
 }
 
 std::string Collectives::pick(std::string_view collective, std::size_t bytes,
@@ -190,8 +210,11 @@ std::string Collectives::explain(std::string_view collective, std::size_t bytes)
     text += t.shares_memory && t.reads_peers ? ", " : "";
     text += t.reads_peers ? "cross-memory attach" : "";
     text += ")\n";
+  } else if (t.hosts > 1) {
+    text += std::to_string(t.hosts) + " hosts, up to " + std::to_string(t.largest_host) +
+            " ranks on one: messages only between hosts\n";
   } else {
-    text += n == 1 ? "nothing to move\n" : "messages only (several hosts, or no shm transport)\n";
+    text += n == 1 ? "nothing to move\n" : "messages only (no shm transport between some ranks)\n";
   }
   text += "costs: " + describe(model) + "\n";
   char row[160];

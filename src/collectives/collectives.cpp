@@ -142,12 +142,24 @@ int Collectives::local_placement() const {
 
 int Collectives::placement() {
   if (agreed_placement_.load(std::memory_order_acquire) < 0) {
+    // Every rank's view and host: the bits that hold everywhere, and who shares a host.
     Call call = begin("placement agreement");
-    std::int32_t bits = local_placement();
+    const auto n = static_cast<std::size_t>(call.size);
+    const auto me = static_cast<std::size_t>(call.rank);
+    std::vector<std::uint64_t> all(2 * n);
+    all[2 * me] = static_cast<std::uint64_t>(local_placement());
+    all[2 * me + 1] = std::hash<std::string>{}(messenger_.host_id());
     run_guarded(call, [&] {
-      allreduce_recursive_doubling(call, &bits, 1, DataType::int32, ReduceOp::band);
+      allgather_ring(call, all.data(), Blocks::uniform(call.size, 2 * sizeof(std::uint64_t)));
     });
-    agreed_placement_.store(bits, std::memory_order_release);
+    std::uint64_t bits = reads_peers | shares_memory;
+    std::vector<std::uint64_t> hosts(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      bits &= all[2 * r];
+      hosts[r] = all[2 * r + 1];
+    }
+    layout_ = HostLayout::from_keys(hosts);
+    agreed_placement_.store(static_cast<int>(bits), std::memory_order_release);
   }
   return agreed_placement_.load(std::memory_order_acquire);
 }
@@ -175,6 +187,13 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
     const std::uint64_t seq = ++shared_calls_;
     run_guarded(call,
                 [&] { allreduce_shared(call, shared_areas_, seq, send, recv, count, type, op); });
+    return;
+  }
+  if (algo == "hierarchical") {
+    if (send != recv) std::memcpy(recv, send, bytes);
+    const std::string among = leaders_algorithm(bytes, size_of(type));
+    run_guarded(call, [&] { allreduce_hierarchical(call, layout_, among, recv, count, type, op); });
+    if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
     return;
   }
   if (algo == "direct") {

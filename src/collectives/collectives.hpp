@@ -18,6 +18,7 @@
 #include "collectives/algorithms.hpp"
 #include "collectives/cost_model.hpp"
 #include "collectives/direct.hpp"
+#include "collectives/hierarchical.hpp"
 #include "collectives/shared.hpp"
 #include "p2p/messenger.hpp"
 
@@ -63,7 +64,7 @@ class Collectives {
 
  private:
   // What placement lets the same-host algorithms do, as bits: every peer's memory readable
-  // (direct), every peer's shared area mapped (shared).
+  // (direct), every peer's shared area mapped (shared). Agreed with the hosts (layout_).
   static constexpr int reads_peers = 1;
   static constexpr int shares_memory = 2;
   // This rank's view (fills peer_memories_ and shared_areas_ the first time).
@@ -96,6 +97,8 @@ class Collectives {
   // call of choose().
   const std::string& choose(const Call& call, std::string_view collective, std::size_t bytes,
                             std::size_t element_bytes, std::size_t per_rank, bool in_place = false);
+  // The flat allreduce the hosts' leaders run inside a hierarchical one.
+  std::string leaders_algorithm(std::size_t bytes, std::size_t element_bytes) const;
   // The pick with the costs as they are (no measuring), and why.
   std::string pick(std::string_view collective, std::size_t bytes, std::size_t element_bytes,
                    bool in_place, std::string* why) const;
@@ -126,6 +129,7 @@ class Collectives {
   mutable PeerMemories peer_memories_;
   mutable SharedAreas shared_areas_;
   std::atomic<int> agreed_placement_{-1};
+  HostLayout layout_;               // set with the agreed placement (before it is published)
   std::uint64_t shared_calls_ = 0;  // numbers the shared-memory calls (shared.hpp)
   std::size_t chunk_bytes_;         // ANVIEW_COLL_CHUNK
   // The measured costs, agreed by all ranks; read by algorithm() from any thread.

@@ -51,6 +51,33 @@ double fold_cost(const Terms& c, int p, double n) {
   return p == floor_pow2(p) ? 0 : 2 * c.send(n) + c.reduce(n);
 }
 
+std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t bytes);
+
+// Reduce to each host's leader, allreduce among the leaders (the best flat algorithm for
+// them), broadcast from each leader; the steps inside a host over its own links.
+Candidate hierarchical(const Topology& t, const Terms& c, std::size_t bytes) {
+  if (t.hosts <= 1) return refused("hierarchical", "needs ranks on several hosts");
+  if (t.largest_host <= 1)
+    return refused("hierarchical", "one rank per host: the flat algorithms do the same");
+  const double n = static_cast<double>(bytes);
+  CostModel local = c.m;
+  if (local.local_alpha_us > 0) local.alpha_us = local.local_alpha_us;
+  if (local.local_link_bpus > 0) local.link_bpus = local.local_link_bpus;
+  const Terms inside{local};
+  const int steps = ceil_log2(t.largest_host);
+  const double within = steps * (inside.send(n) + inside.reduce(n)) + steps * inside.send(n);
+  Topology leaders = t;
+  leaders.ranks = t.hosts;
+  leaders.hosts = 1;
+  leaders.largest_host = 1;
+  leaders.shares_memory = leaders.reads_peers = false;
+  leaders.in_place = true;
+  const auto among = allreduce(leaders, c, bytes);
+  const int best = cheapest(among);
+  const double between = best < 0 ? 0 : among[static_cast<std::size_t>(best)].predicted_us;
+  return usable("hierarchical", (t.in_place ? 0 : c.copy(n)) + within + between);
+}
+
 std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t bytes) {
   const int p = t.ranks;
   const double n = static_cast<double>(bytes);
@@ -77,6 +104,7 @@ std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t 
   out.push_back(usable("rabenseifner", input_copy + 2 * rounds * c.m.alpha_us +
                                            2 * share * n / c.m.link_bpus + share * c.reduce(n) +
                                            fold_cost(c, p, n)));
+  out.push_back(hierarchical(t, c, bytes));
   if (bytes / std::max<std::size_t>(t.element_bytes, 1) < static_cast<std::size_t>(p)) {
     out.push_back(refused("ring", "fewer elements than ranks"));
   } else {
@@ -158,13 +186,26 @@ int cheapest(const std::vector<Candidate>& list) {
 }
 
 std::string describe(const CostModel& m) {
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "alpha %.2f us, link %.2f GB/s, peer read %.2f GB/s, reduce %.2f GB/s, copy %.2f "
-                "GB/s, shared flag %.2f us",
-                m.alpha_us, m.link_bpus / 1e3, m.read_bpus / 1e3, m.reduce_bpus / 1e3,
-                m.copy_bpus / 1e3, m.flag_us);
-  return std::string(line) + " (" + m.source + ")";
+  char line[160];
+  std::snprintf(line, sizeof line, "alpha %.2f us, link %.2f GB/s", m.alpha_us, m.link_bpus / 1e3);
+  std::string text = line;
+  if (m.read_bpus > 0) {
+    std::snprintf(line, sizeof line, ", peer read %.2f GB/s", m.read_bpus / 1e3);
+    text += line;
+  }
+  std::snprintf(line, sizeof line, ", reduce %.2f GB/s, copy %.2f GB/s", m.reduce_bpus / 1e3,
+                m.copy_bpus / 1e3);
+  text += line;
+  if (m.flag_us > 0) {
+    std::snprintf(line, sizeof line, ", shared flag %.2f us", m.flag_us);
+    text += line;
+  }
+  if (m.local_alpha_us > 0) {
+    std::snprintf(line, sizeof line, ", inside a host: alpha %.2f us, link %.2f GB/s",
+                  m.local_alpha_us, m.local_link_bpus / 1e3);
+    text += line;
+  }
+  return text + " (" + m.source + ")";
 }
 
 }  // namespace anview::collectives

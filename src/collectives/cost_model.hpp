@@ -24,12 +24,17 @@ struct CostModel {
   double reduce_bpus = 0;  // bytes per microsecond of reducing one buffer into another
   double copy_bpus = 0;    // bytes per microsecond of a local memcpy
   double flag_us = 0;      // one round of the shared-memory flags (0: no shared memory)
-  std::string source;      // where the values came from: "probe", "tuning file <path>"
+  // Between ranks of one host when the job spans hosts (0: not measured, use the above).
+  double local_alpha_us = 0;
+  double local_link_bpus = 0;
+  std::string source;  // where the values came from: "probe", "tuning file <path>"
 };
 
 // The call's shape, and what the ranks of the communicator can use (agreed by all of them).
 struct Topology {
   int ranks = 1;
+  int hosts = 1;                  // hosts the ranks are on
+  int largest_host = 1;           // ranks on the most crowded one
   bool shares_memory = false;     // one host, every shared area mapped: "shared" algorithms
   bool reads_peers = false;       // one host, cross-memory attach: "direct" algorithms
   std::size_t shared_limit = 0;   // the largest payload of a shared slot

@@ -35,7 +35,7 @@ void wait(Call& call, const RequestPtr& request) {
       if (base::Clock::now() < deadline) continue;
       const Error timeout(
           ErrorKind::timeout,
-          {.rank = call.rank,
+          {.rank = call.world(call.rank),
            .peer = request->peer,
            .operation = call.operation(),
            .cause = "a step was not complete after " + std::to_string(call.timeout.count()) +
@@ -47,12 +47,12 @@ void wait(Call& call, const RequestPtr& request) {
 }
 
 RequestPtr post_recv(Call& call, void* data, std::size_t bytes, int from) {
-  call.posted.push_back(call.messenger.irecv(data, bytes, from, call.tag, true));
+  call.posted.push_back(call.messenger.irecv(data, bytes, call.world(from), call.tag, true));
   return call.posted.back();
 }
 
 RequestPtr post_send(Call& call, const void* data, std::size_t bytes, int to) {
-  call.posted.push_back(call.messenger.isend(data, bytes, to, call.tag, true));
+  call.posted.push_back(call.messenger.isend(data, bytes, call.world(to), call.tag, true));
   return call.posted.back();
 }
 
@@ -63,10 +63,10 @@ void send(Call& call, const void* data, std::size_t bytes, int to) {
 void check_size(const Call& call, const RequestPtr& r, std::size_t bytes, int from) {
   if (r->status.bytes == bytes) return;
   throw Error(ErrorKind::protocol,
-              {.rank = call.rank,
-               .peer = from,
+              {.rank = call.world(call.rank),
+               .peer = call.world(from),
                .operation = call.operation(),
-               .cause = "rank " + std::to_string(from) + " sent " +
+               .cause = "rank " + std::to_string(call.world(from)) + " sent " +
                         std::to_string(r->status.bytes) + " bytes where " + std::to_string(bytes) +
                         " were due: do all ranks call the same collectives in the same order with "
                         "the same sizes?"});

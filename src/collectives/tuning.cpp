@@ -41,6 +41,8 @@ enum Field {
   us_per_reduce_byte,
   us_per_copy_byte,
   flag_us,
+  local_alpha_us,
+  us_per_local_link_byte,
   fields
 };
 using Values = std::array<double, fields>;
@@ -57,6 +59,29 @@ double median_us(int rounds, Step&& step) {
   }
   std::nth_element(times.begin(), times.begin() + rounds / 2, times.end());
   return times[static_cast<std::size_t>(rounds / 2)];
+}
+
+// When the job spans hosts, the ranks of each host also time their own links (a ring among
+// them), which hierarchical algorithms use inside a host. Ranks alone on their host skip it.
+void measure_inside_host(Call& call, const Placement& where, Values& v) {
+  const HostLayout& layout = *where.layout;
+  const auto me = static_cast<std::size_t>(call.rank);
+  const auto& host = layout.hosts[static_cast<std::size_t>(layout.host_of[me])];
+  if (host.size() < 2) return;
+  Call local = call.among(host, layout.position[me]);
+  const int right = mod(local.rank + 1, local.size);
+  const int left = mod(local.rank - 1, local.size);
+  char out_small[8] = {}, in_small[8];
+  auto small = [&] { sendrecv(local, out_small, sizeof out_small, right, in_small, 8, left); };
+  for (int i = 0; i < small_warmup; ++i) small();
+  v[local_alpha_us] = median_us(small_rounds, small);
+  std::vector<char> out_large(large_bytes, 1), in_large(large_bytes);
+  auto large = [&] {
+    sendrecv(local, out_large.data(), large_bytes, right, in_large.data(), large_bytes, left);
+  };
+  large();
+  v[us_per_local_link_byte] = std::max(median_us(large_rounds, large) - v[local_alpha_us], 1e-3) /
+                              static_cast<double>(large_bytes);
 }
 
 // Messages go to the right neighbour while others come from the left one, as in a ring step.
@@ -102,6 +127,8 @@ Values measure(Call& call, const Placement& where, std::uint64_t& shared_calls) 
                           local;
   v[us_per_copy_byte] =
       median_us(large_rounds, [&] { std::memcpy(into.data(), from.data(), local_bytes); }) / local;
+  if (where.layout != nullptr && where.layout->hosts.size() > 1)
+    measure_inside_host(call, where, v);
   if (where.areas != nullptr) {
     auto flags = [&] { barrier_shared(call, *where.areas, ++shared_calls); };
     for (int i = 0; i < small_warmup; ++i) flags();
@@ -119,6 +146,8 @@ CostModel to_model(const Values& v, std::string source) {
   m.reduce_bpus = 1 / std::max(v[us_per_reduce_byte], 1e-9);
   m.copy_bpus = 1 / std::max(v[us_per_copy_byte], 1e-9);
   m.flag_us = v[flag_us];
+  m.local_alpha_us = v[local_alpha_us];
+  m.local_link_bpus = v[us_per_local_link_byte] > 0 ? 1 / v[us_per_local_link_byte] : 0;
   m.source = std::move(source);
   return m;
 }
@@ -145,6 +174,9 @@ bool read_file(const std::string& path, int ranks, int placement, Values& v) {
     v[us_per_reduce_byte] = 1e-3 / j.at("reduce_gbs").get<double>();
     v[us_per_copy_byte] = 1e-3 / j.at("copy_gbs").get<double>();
     v[flag_us] = j.at("flag_us").get<double>();
+    v[local_alpha_us] = j.value("local_alpha_us", 0.0);
+    const double local_gbs = j.value("local_link_gbs", 0.0);
+    v[us_per_local_link_byte] = local_gbs > 0 ? 1e-3 / local_gbs : 0;
     return true;
   } catch (const nlohmann::json::exception& e) {
     base::log(base::LogLevel::warn, "tuning file ", path, " is not one Anview wrote (", e.what(),
@@ -162,7 +194,9 @@ void write_file(const std::string& path, int ranks, int placement, const CostMod
                          {"read_gbs", m.read_bpus / 1e3},
                          {"reduce_gbs", m.reduce_bpus / 1e3},
                          {"copy_gbs", m.copy_bpus / 1e3},
-                         {"flag_us", m.flag_us}};
+                         {"flag_us", m.flag_us},
+                         {"local_alpha_us", m.local_alpha_us},
+                         {"local_link_gbs", m.local_link_bpus / 1e3}};
   const std::string partial = path + ".partial";
   std::ofstream out(partial);
   out << j.dump(2) << '\n';

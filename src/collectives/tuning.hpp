@@ -9,6 +9,7 @@
 #include "collectives/algorithms.hpp"
 #include "collectives/cost_model.hpp"
 #include "collectives/direct.hpp"
+#include "collectives/hierarchical.hpp"
 #include "collectives/shared.hpp"
 
 namespace anview::collectives {
@@ -18,6 +19,7 @@ struct Placement {
   int bits = 0;                         // identifies it: a tuning file of other bits is not reused
   const SharedAreas* areas = nullptr;   // every rank's shared area (null: not all mapped)
   const PeerMemories* peers = nullptr;  // every rank's memory readable (null: not all)
+  const HostLayout* layout = nullptr;   // the hosts: inside-host costs measured when several
 };
 
 // A collective of its own on `call`. The shared-memory flags are timed when `where.areas` is

@@ -61,6 +61,7 @@ class Messenger final : public transport::FrameSink,
 
   int rank() const { return config_.rank; }
   int size() const { return config_.world_size; }
+  const std::string& host_id() const { return config_.host_id; }
   std::chrono::milliseconds default_timeout() const { return config_.timeout; }
 
   // Bootstrap: what this rank publishes, then connecting to everyone (blocks until every link

@@ -220,6 +220,11 @@ TEST(MultiprocKill, DuringAllreduceFourRanks) {
 TEST(MultiprocKill, DuringRingAllreduceFourRanks) {
   kill_one_rank(4, {"ANVIEW_ALGO=allreduce=ring"}, {}, "coll_kill");
 }
+// Hierarchical over two emulated hosts: the survivors on the victim's host wait for it inside
+// the host, those on the other host for their leader, which waits for the other leader.
+TEST(MultiprocKill, DuringHierarchicalAllreduceTwoHosts) {
+  kill_one_rank(4, {"ANVIEW_ALGO=allreduce=hierarchical"}, {"--hosts", "2"}, "coll_kill");
+}
 TEST(MultiprocKill, DuringAllreduceFourRanksTcp) {
   kill_one_rank(4, tcp_only, {}, "coll_kill");
 }

@@ -87,6 +87,27 @@ TEST(CostModel, AcrossHostsLatencyBoundIsRecursiveDoublingBandwidthBoundHalvesTh
   EXPECT_LT(find(list, "ring").predicted_us, 0.6 * find(list, "recursive_doubling").predicted_us);
 }
 
+TEST(CostModel, HierarchicalNeedsSeveralHostsAndWinsWhereLatencyCrossesThemOnce) {
+  EXPECT_FALSE(find(candidates("allreduce", 8, one_host(4), shm_model()), "hierarchical").usable);
+  Topology spread = hosts(4);
+  spread.hosts = 4;  // one rank per host: nothing to gain
+  const auto alone = candidates("allreduce", 8, spread, tcp_model());
+  EXPECT_FALSE(find(alone, "hierarchical").usable);
+  EXPECT_NE(find(alone, "hierarchical").why_not.find("one rank per host"), std::string::npos);
+  // 8 ranks on 2 hosts, fast links inside each: a small allreduce crosses the network once
+  // (between the two leaders) instead of log2(8) times.
+  Topology two = hosts(8);
+  two.hosts = 2;
+  two.largest_host = 4;
+  CostModel m = tcp_model();
+  m.local_alpha_us = 1;
+  m.local_link_bpus = 5000;
+  EXPECT_EQ(pick("allreduce", 8, two, m), "hierarchical");
+  // Large: the binomial steps inside a host move the whole buffer log2(4) times each way;
+  // Rabenseifner over all ranks moves less.
+  EXPECT_EQ(pick("allreduce", 64 << 20, two, m), "rabenseifner");
+}
+
 TEST(CostModel, NonPowerOfTwoRanksPayForFolding) {
   const auto six = candidates("allreduce", 1 << 20, hosts(6), tcp_model());
   const auto four = candidates("allreduce", 1 << 20, hosts(4), tcp_model());

@@ -1,0 +1,32 @@
+// Hierarchical collectives for jobs that span hosts: work inside each host first (over its
+// fast links), then among one leader per host (over the network, once per host instead of
+// once per rank), then inside each host again. The hosts are agreed by every rank when the
+// communicator's placement is (collectives.hpp), so every rank sees the same layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/algorithms.hpp"
+
+namespace anview::collectives {
+
+struct HostLayout {
+  std::vector<std::vector<int>> hosts;  // each host's ranks, ascending; by lowest rank
+  std::vector<int> leaders;             // each host's lowest rank
+  std::vector<int> host_of;             // by rank: its host's index
+  std::vector<int> position;            // by rank: its index among its host's ranks
+  int largest = 1;                      // ranks on the most crowded host
+
+  // The layout of ranks whose hosts have these keys (one per rank; equal keys, same host).
+  static HostLayout from_keys(const std::vector<std::uint64_t>& keys);
+};
+
+// allreduce of `data` in place: a binomial reduce to each host's leader, `among_leaders`
+// ("recursive_doubling", "rabenseifner" or "ring") among the leaders, a binomial broadcast
+// from each leader. Every rank ends with the same bits (the leaders' result).
+void allreduce_hierarchical(Call& call, const HostLayout& layout, const std::string& among_leaders,
+                            void* data, std::size_t count, DataType type, ReduceOp op);
+
+}  // namespace anview::collectives
