@@ -135,6 +135,20 @@ class Communicator {
                           ReduceOp op);
   Request ialltoall(const void* send, void* recv, std::size_t count, DataType type);
   Request ibarrier();
+  // The v-variants; the counts and displacements are copied at the call (the buffers are not).
+  Request iallgatherv(const void* send, std::size_t send_count, void* recv,
+                      std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs,
+                      DataType type);
+  Request igatherv(const void* send, std::size_t send_count, void* recv,
+                   std::span<const std::size_t> recv_counts, std::span<const std::size_t> displs,
+                   DataType type, int root);
+  Request iscatterv(const void* send, std::span<const std::size_t> send_counts,
+                    std::span<const std::size_t> displs, void* recv, std::size_t recv_count,
+                    DataType type, int root);
+  Request ialltoallv(const void* send, std::span<const std::size_t> send_counts,
+                     std::span<const std::size_t> send_displs, void* recv,
+                     std::span<const std::size_t> recv_counts,
+                     std::span<const std::size_t> recv_displs, DataType type);
 
   // A new communicator of the ranks that pass the same `color` (>= 0), ranked by `key` (ties:
   // by rank here). Every rank calls it, like a collective. The new communicator is

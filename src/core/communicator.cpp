@@ -1,6 +1,7 @@
 #include "anview/communicator.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -289,6 +290,62 @@ Request Communicator::ialltoall(const void* send, void* recv, std::size_t count,
 Request Communicator::ibarrier() {
   auto* c = &impl_->collectives();
   return impl_->start_collective("ibarrier", 0, [=] { c->barrier(); });
+}
+
+namespace {
+
+// What a nonblocking v-collective keeps of the caller's spans, which may end before it runs.
+std::vector<std::size_t> copy_of(std::span<const std::size_t> s) {
+  return {s.begin(), s.end()};
+}
+
+// The bytes of `counts` elements of `type` (a Request's status().bytes).
+std::size_t bytes_of(std::span<const std::size_t> counts, DataType type) {
+  return std::accumulate(counts.begin(), counts.end(), std::size_t{0}) * size_of(type);
+}
+
+}  // namespace
+
+Request Communicator::iallgatherv(const void* send, std::size_t send_count, void* recv,
+                                  std::span<const std::size_t> recv_counts,
+                                  std::span<const std::size_t> displs, DataType type) {
+  auto* c = &impl_->collectives();
+  return impl_->start_collective("iallgatherv", bytes_of(recv_counts, type),
+                                 [=, counts = copy_of(recv_counts), at = copy_of(displs)] {
+                                   c->allgatherv(send, send_count, recv, counts, at, type);
+                                 });
+}
+
+Request Communicator::igatherv(const void* send, std::size_t send_count, void* recv,
+                               std::span<const std::size_t> recv_counts,
+                               std::span<const std::size_t> displs, DataType type, int root) {
+  auto* c = &impl_->collectives();
+  return impl_->start_collective("igatherv", rank() == root ? bytes_of(recv_counts, type) : 0,
+                                 [=, counts = copy_of(recv_counts), at = copy_of(displs)] {
+                                   c->gatherv(send, send_count, recv, counts, at, type, root);
+                                 });
+}
+
+Request Communicator::iscatterv(const void* send, std::span<const std::size_t> send_counts,
+                                std::span<const std::size_t> displs, void* recv,
+                                std::size_t recv_count, DataType type, int root) {
+  auto* c = &impl_->collectives();
+  return impl_->start_collective("iscatterv", recv_count * size_of(type),
+                                 [=, counts = copy_of(send_counts), at = copy_of(displs)] {
+                                   c->scatterv(send, counts, at, recv, recv_count, type, root);
+                                 });
+}
+
+Request Communicator::ialltoallv(const void* send, std::span<const std::size_t> send_counts,
+                                 std::span<const std::size_t> send_displs, void* recv,
+                                 std::span<const std::size_t> recv_counts,
+                                 std::span<const std::size_t> recv_displs, DataType type) {
+  auto* c = &impl_->collectives();
+  return impl_->start_collective("ialltoallv", bytes_of(recv_counts, type),
+                                 [=, scounts = copy_of(send_counts), sat = copy_of(send_displs),
+                                  rcounts = copy_of(recv_counts), rat = copy_of(recv_displs)] {
+                                   c->alltoallv(send, scounts, sat, recv, rcounts, rat, type);
+                                 });
 }
 
 Communicator Communicator::split(int color, int key) const {

@@ -3,6 +3,7 @@
 // completion callback, and errors delivered through the Request.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -119,6 +120,69 @@ TEST(NonblockingCollectives, BadArgumentsFailTheRequestWithAUsageError) {
     comm.iallreduce(&x, 1, DataType::float32, ReduceOp::sum).wait();
     EXPECT_EQ(x, 2.0f);
   });
+}
+
+// Rank r contributes r + 1 elements; the count and displacement vectors are gone before the
+// requests run, so the collectives must work on copies.
+TEST(NonblockingCollectives, VectorVariantsCopyTheirCountsAndDisplacements) {
+  for (int n : {1, 3, 4}) {
+    SCOPED_TRACE(n);
+    run_ranks(n, [&](Communicator& comm) {
+      const auto un = static_cast<std::size_t>(n);
+      const auto me = static_cast<std::size_t>(comm.rank());
+      auto element = [](std::size_t from, std::size_t to, std::size_t i) {
+        return static_cast<std::int32_t>(1000 * from + 100 * to + i);
+      };
+      std::size_t total = 0;
+      for (std::size_t r = 0; r < un; ++r) total += r + 1;
+      std::vector<std::int32_t> mine(me + 1), gathered(total, -1), at_root(total, -1),
+          scattered(me + 1, -1), to_all, from_all(un * (me + 1), -1), all_blocks(total);
+      for (std::size_t i = 0; i <= me; ++i) mine[i] = element(me, me, i);
+      for (std::size_t r = 0, at = 0; r < un; ++r)
+        for (std::size_t i = 0; i <= r; ++i) all_blocks[at++] = element(2, r, i);
+      for (std::size_t to = 0; to < un; ++to)  // to rank `to`: to + 1 elements
+        for (std::size_t i = 0; i <= to; ++i) to_all.push_back(element(me, to, i));
+      std::vector<Request> requests;
+      {
+        std::vector<std::size_t> counts(un), displs(un), same(un, me + 1), packed(un);
+        for (std::size_t r = 0, at = 0; r < un; ++r) {
+          counts[r] = r + 1;
+          displs[r] = at;
+          at += r + 1;
+        }
+        for (std::size_t r = 0; r < un; ++r) packed[r] = r * (me + 1);
+        const int root = n - 1;
+        requests.push_back(comm.iallgatherv(mine.data(), me + 1, gathered.data(), counts, displs,
+                                            DataType::int32));
+        requests.push_back(
+            comm.igatherv(mine.data(), me + 1, at_root.data(), counts, {}, DataType::int32, root));
+        requests.push_back(comm.iscatterv(all_blocks.data(), counts, displs, scattered.data(),
+                                          me + 1, DataType::int32, root % 2 == 0 ? root : 0));
+        requests.push_back(comm.ialltoallv(to_all.data(), counts, displs, from_all.data(), same,
+                                           packed, DataType::int32));
+        std::fill(counts.begin(), counts.end(), 999999);  // too late to matter
+        std::fill(displs.begin(), displs.end(), 999999);
+      }
+      EXPECT_EQ(requests[0].wait().bytes, total * sizeof(std::int32_t));
+      for (auto& r : requests) r.wait();
+      const int scatter_root = (n - 1) % 2 == 0 ? n - 1 : 0;
+      for (std::size_t r = 0, at = 0; r < un; ++r) {
+        for (std::size_t i = 0; i <= r; ++i, ++at) {
+          EXPECT_EQ(gathered[at], element(r, r, i)) << r << " " << i;
+          if (comm.rank() == n - 1) {
+            EXPECT_EQ(at_root[at], element(r, r, i)) << r << " " << i;
+          }
+        }
+      }
+      for (std::size_t i = 0; i <= me; ++i) {
+        // Every rank fills all_blocks the same way (element(2, ...)): the root's is scattered.
+        EXPECT_EQ(scattered[i], element(2, me, i)) << "root " << scatter_root << " i " << i;
+      }
+      for (std::size_t from = 0; from < un; ++from)
+        for (std::size_t i = 0; i <= me; ++i)
+          EXPECT_EQ(from_all[from * (me + 1) + i], element(from, me, i)) << from << " " << i;
+    });
+  }
 }
 
 }  // namespace
