@@ -1,6 +1,7 @@
 #include "transport/registry.hpp"
 
 #include "base/config.hpp"
+#include "transport/inproc/inproc_transport.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
@@ -9,7 +10,8 @@ namespace {
 
 const base::Setting transports_setting(
     "transport", "ANVIEW_TRANSPORTS", "shm,tcp",
-    "Transports to use, in order of preference; each peer gets the first that reaches it");
+    "Transports to use, in order of preference; each peer gets the first that reaches it "
+    "(shm, tcp; inproc for ranks that are threads of one process)");
 
 }  // namespace
 
@@ -17,9 +19,10 @@ std::vector<TransportProbe> probe_transports() {
   std::vector<TransportProbe> probes;
   const auto selected = transports_setting.as_list();
   for (const auto& name : known_transports()) {
-    TransportProbe p = name == "shm"   ? shm::ShmTransport::probe()
-                       : name == "tcp" ? tcp::TcpTransport::probe()
-                                       : TransportProbe{.name = name};
+    TransportProbe p = name == "shm"      ? shm::ShmTransport::probe()
+                       : name == "tcp"    ? tcp::TcpTransport::probe()
+                       : name == "inproc" ? inproc::InprocTransport::probe()
+                                          : TransportProbe{.name = name};
     for (const auto& s : selected) p.selected = p.selected || s == name;
     probes.push_back(std::move(p));
   }
@@ -27,7 +30,7 @@ std::vector<TransportProbe> probe_transports() {
 }
 
 std::vector<std::string> known_transports() {
-  return {"shm", "tcp"};
+  return {"shm", "tcp", "inproc"};
 }
 
 std::vector<std::unique_ptr<Transport>> create_transports(const TransportContext& context) {
@@ -37,6 +40,8 @@ std::vector<std::unique_ptr<Transport>> create_transports(const TransportContext
       transports.push_back(std::make_unique<shm::ShmTransport>(context));
     } else if (name == "tcp") {
       transports.push_back(std::make_unique<tcp::TcpTransport>(context));
+    } else if (name == "inproc") {
+      transports.push_back(std::make_unique<inproc::InprocTransport>(context));
     } else {
       std::string known;
       for (const auto& k : known_transports()) known += (known.empty() ? "" : ", ") + k;

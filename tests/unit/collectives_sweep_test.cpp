@@ -1,0 +1,128 @@
+// Every collective on 1 to 64 ranks, as threads over the in-process transport: each algorithm
+// forced in turn by ANVIEW_ALGO, with sizes 0, 1, odd, one more than the rank count (not
+// divisible) and larger than a pipelining chunk, and several types and operations. Results are
+// checked exactly (integer-valued contributions).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "support/scoped_env.hpp"
+#include "support/thread_ranks.hpp"
+
+namespace anview {
+namespace {
+
+using testing::run_ranks;
+using testing::ScopedEnv;
+
+// Rank r's element i.
+std::int64_t contribution(int r, std::size_t i) {
+  return static_cast<std::int64_t>((r + 1) * (i % 5 + 1));
+}
+
+template <typename T>
+std::vector<T> contributions(int r, std::size_t count) {
+  std::vector<T> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<T>(contribution(r, i));
+  return v;
+}
+
+void check_all(Communicator& comm, std::size_t count) {
+  const int n = comm.size(), me = comm.rank();
+  const auto un = static_cast<std::size_t>(n), ume = static_cast<std::size_t>(me);
+  SCOPED_TRACE("count " + std::to_string(count));
+  // allreduce: float64 sum, int32 max, uint8 bxor (out of place and in place).
+  auto f64 = contributions<double>(me, count);
+  std::vector<double> sum(count);
+  comm.allreduce(f64.data(), sum.data(), count, DataType::float64, ReduceOp::sum);
+  auto i32 = contributions<std::int32_t>(me, count);
+  comm.allreduce(i32.data(), count, DataType::int32, ReduceOp::max);
+  auto u8 = contributions<std::uint8_t>(me, count);
+  comm.allreduce(u8.data(), count, DataType::uint8, ReduceOp::bxor);
+  for (std::size_t i = 0; i < count; ++i) {
+    std::int64_t want_sum = 0, want_max = 0;
+    std::uint8_t want_xor = 0;
+    for (int r = 0; r < n; ++r) {
+      want_sum += contribution(r, i);
+      want_max = std::max(want_max, contribution(r, i));
+      want_xor ^= static_cast<std::uint8_t>(contribution(r, i));
+    }
+    ASSERT_EQ(sum[i], static_cast<double>(want_sum)) << "allreduce sum, element " << i;
+    ASSERT_EQ(i32[i], want_max) << "allreduce max, element " << i;
+    ASSERT_EQ(u8[i], want_xor) << "allreduce bxor, element " << i;
+  }
+  // broadcast from the last rank; reduce (int64 sum) to the middle one.
+  const int root = n - 1, middle = n / 2;
+  auto b = me == root ? contributions<std::int32_t>(root, count) : std::vector<std::int32_t>(count);
+  comm.broadcast(b.data(), count, DataType::int32, root);
+  EXPECT_EQ(b, contributions<std::int32_t>(root, count)) << "broadcast";
+  auto mine64 = contributions<std::int64_t>(me, count);
+  std::vector<std::int64_t> reduced(count, -1);
+  comm.reduce(mine64.data(), reduced.data(), count, DataType::int64, ReduceOp::sum, middle);
+  if (me == middle) {
+    for (std::size_t i = 0; i < count; ++i)
+      ASSERT_EQ(reduced[i], contribution(0, i) * n * (n + 1) / 2) << "reduce, element " << i;
+  }
+  // allgather, gather, scatter, alltoall, reduce_scatter: `count` elements per rank.
+  auto block = contributions<std::int32_t>(me, count);
+  std::vector<std::int32_t> all(count * un, -1), at_root(count * un, -1), got(count, -1);
+  comm.allgather(block.data(), all.data(), count, DataType::int32);
+  comm.gather(block.data(), at_root.data(), count, DataType::int32, middle);
+  std::vector<std::int32_t> expected(count * un);
+  for (int r = 0; r < n; ++r) {
+    const auto c = contributions<std::int32_t>(r, count);
+    std::copy(c.begin(), c.end(), expected.begin() + static_cast<std::ptrdiff_t>(count) * r);
+  }
+  EXPECT_EQ(all, expected) << "allgather";
+  if (me == middle) {
+    EXPECT_EQ(at_root, expected) << "gather";
+  }
+  comm.scatter(expected.data(), got.data(), count, DataType::int32, root);
+  EXPECT_EQ(got, contributions<std::int32_t>(me, count)) << "scatter";
+  std::vector<std::int32_t> to_each(count * un), from_each(count * un, -1);
+  for (std::size_t r = 0; r < un; ++r)
+    for (std::size_t i = 0; i < count; ++i)
+      to_each[r * count + i] = static_cast<std::int32_t>(1000 * ume + 10 * r + i % 7);
+  comm.alltoall(to_each.data(), from_each.data(), count, DataType::int32);
+  for (std::size_t r = 0; r < un; ++r)
+    for (std::size_t i = 0; i < count; ++i)
+      ASSERT_EQ(from_each[r * count + i], static_cast<std::int32_t>(1000 * r + 10 * ume + i % 7))
+          << "alltoall from " << r << " element " << i;
+  std::vector<std::int32_t> scattered(count, -1);
+  comm.reduce_scatter(expected.data(), scattered.data(), count, DataType::int32, ReduceOp::sum);
+  for (std::size_t i = 0; i < count; ++i)
+    ASSERT_EQ(scattered[i], contribution(me, i) * n) << "reduce_scatter, element " << i;
+  comm.barrier();
+}
+
+// Each configuration forces one algorithm per collective that has several.
+const char* const configurations[] = {
+    "allreduce=recursive_doubling,broadcast=binomial,allgather=ring",
+    "allreduce=rabenseifner,broadcast=chain,allgather=bruck",
+    "allreduce=ring,broadcast=chain,allgather=ring"};
+
+TEST(CollectivesSweep, EveryCollectiveAndAlgorithmOnOneTo64ThreadRanks) {
+  ScopedEnv transports("ANVIEW_TRANSPORTS", "inproc");
+  ScopedEnv chunk("ANVIEW_COLL_CHUNK", "4096");  // 4099 int32 span several chunks
+  for (const char* forced : configurations) {
+    ScopedEnv algo("ANVIEW_ALGO", forced);
+    for (int n : {1, 2, 3, 4, 5, 7, 8, 13, 16, 33, 64}) {
+      SCOPED_TRACE(std::string(forced) + ", " + std::to_string(n) + " ranks");
+      run_ranks(
+          n,
+          [&](Communicator& comm) {
+            for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7},
+                                      static_cast<std::size_t>(n + 1), std::size_t{4099}}) {
+              check_all(comm, count);
+            }
+          },
+          std::chrono::seconds(120));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace anview
