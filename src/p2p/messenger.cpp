@@ -629,7 +629,7 @@ std::string Messenger::describe_request(const RequestImpl& request) const {
 std::optional<Error> Messenger::first_peer_failure() const {
   Lock lock(mu_);
   for (const PeerState& ps : peers_)
-    if (ps.failure) return ps.failure;
+    if (ps.failure && !ps.left) return ps.failure;
   return std::nullopt;
 }
 

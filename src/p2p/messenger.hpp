@@ -98,7 +98,9 @@ class Messenger final : public transport::FrameSink,
   void shutdown();
 
   // The failure of the lowest-numbered rank whose link failed, if any (collectives use it to
-  // give up on a call any rank of which is gone, whoever they were waiting for).
+  // give up on a call any rank of which is gone, whoever they were waiting for). A peer that
+  // closed its communicator cleanly (goodbye) is skipped: it had finished its calls, so it
+  // blocks nobody; a step waiting for it fails with its request.
   std::optional<Error> first_peer_failure() const;
   // The failure of `peer`'s link, if it failed (or was closed by the peer).
   std::optional<Error> peer_failure(int peer) const;
@@ -125,13 +127,14 @@ class Messenger final : public transport::FrameSink,
   transport::Landing on_frame(int peer, const transport::FrameHeader& header,
                               bool may_defer) override;
   void on_frame_done(int peer, const transport::FrameHeader& header, void* data) override;
-  void on_peer_failed(int peer, const Error& error) override;
+  void on_peer_failed(int peer, const Error& error, bool left) override;
 
  private:
   struct PeerState {
     transport::Transport* transport = nullptr;
     std::string transport_reason;
     std::optional<Error> failure;
+    bool left = false;  // the failure is the peer's goodbye after its last call
     std::size_t unexpected_bytes = 0;
     bool deferred = false;
     RequestPtr eager_target;                     // receive the current eager frame lands in

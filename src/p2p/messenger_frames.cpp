@@ -247,10 +247,11 @@ void Messenger::send_data(const RequestPtr& send, std::uint64_t receiver_id) {
   }
 }
 
-void Messenger::on_peer_failed(int peer, const Error& error) {
+void Messenger::on_peer_failed(int peer, const Error& error, bool left) {
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   if (ps.failure) return;
   ps.failure = error;
+  ps.left = left;
   auto fail = [&](const RequestPtr& r) {
     complete(*r, error.for_operation(r->kind == RequestImpl::Kind::send ? "send" : "recv",
                                      to_underlying(r->tag)));

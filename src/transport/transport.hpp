@@ -69,7 +69,9 @@ class FrameSink {
   virtual void on_frame_done(int peer, const FrameHeader& header, void* data) = 0;
   // The link to `peer` failed (peer_lost, link or protocol Error). Called once per peer; after
   // it, sends to that peer complete at once with the same error.
-  virtual void on_peer_failed(int peer, const Error& error) = 0;
+  // `left`: the peer closed its communicator (said goodbye) after its last call, rather than
+  // dying or breaking the link; a collective that no longer needs it may go on.
+  virtual void on_peer_failed(int peer, const Error& error, bool left) = 0;
 };
 
 // Called once per posted frame: null when the frame (and its payload) was handed over, so the

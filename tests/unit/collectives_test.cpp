@@ -5,6 +5,7 @@
 // errors for unsupported or mismatched calls and unknown forced algorithms.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <numeric>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "collectives/reduce.hpp"
@@ -352,6 +354,26 @@ TEST(Collectives, ForcedAlgorithmsAreReportedAndUnknownOnesAreUsageErrors) {
     expect_usage_error([&] { comm.allgather(x, x, 1, DataType::int32); },
                        {"allgather #2", "allgather=nah", "known: shared, ring, bruck"});
   });
+}
+
+// Rank 1 is done with the gather at once and closes its communicator; rank 2 comes late. The
+// root, still waiting for rank 2, must not take rank 1's goodbye for a failure of the call.
+TEST(Collectives, ARankThatFinishedAndLeftDoesNotFailTheOthers) {
+  for (const char* transports : {"shm,tcp", "tcp", "inproc"}) {
+    SCOPED_TRACE(transports);
+    ScopedEnv env("ANVIEW_TRANSPORTS", transports);
+    run_ranks(3, [](Communicator& comm) {
+      if (comm.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      const std::int32_t mine = comm.rank();
+      std::int32_t all[3] = {-1, -1, -1};
+      comm.gather(&mine, all, 1, DataType::int32, 0);
+      if (comm.rank() == 0) {
+        EXPECT_EQ(all[0], 0);
+        EXPECT_EQ(all[1], 1);
+        EXPECT_EQ(all[2], 2);
+      }
+    });
+  }
 }
 
 TEST(Collectives, AllgatherReduceScatterGatherScatterAlltoall) {

@@ -145,7 +145,7 @@ class RecordingSink final : public FrameSink {
     frames.push_back({peer, h.tag, std::string(it->second->data(), h.payload_bytes)});
     landings.erase(it);
   }
-  void on_peer_failed(int peer, const Error& error) override {
+  void on_peer_failed(int peer, const Error& error, bool /*left*/) override {
     failures.emplace(peer, std::make_unique<Error>(error));
   }
   struct Frame {

@@ -218,11 +218,13 @@ bool InprocTransport::progress() {
       drained = inbox_->frames[from].empty();
     }
     if (drained && !failed_[static_cast<std::size_t>(from)]) {
-      peer_failed(from, Error(ErrorKind::peer_lost, {.rank = context_.rank,
-                                                     .peer = from,
-                                                     .operation = "transfer",
-                                                     .cause = "rank " + std::to_string(from) +
-                                                              " closed its communicator"}));
+      peer_failed(from,
+                  Error(ErrorKind::peer_lost,
+                        {.rank = context_.rank,
+                         .peer = from,
+                         .operation = "transfer",
+                         .cause = "rank " + std::to_string(from) + " closed its communicator"}),
+                  true);
       worked = true;
     }
   }
@@ -264,14 +266,14 @@ void InprocTransport::resume(int peer) {
   context_.engine->wakeup();
 }
 
-void InprocTransport::peer_failed(int peer, const Error& error) {
+void InprocTransport::peer_failed(int peer, const Error& error, bool left) {
   failed_[static_cast<std::size_t>(peer)] = true;
-  context_.sink->on_peer_failed(peer, error);
+  context_.sink->on_peer_failed(peer, error, left);
 }
 
 void InprocTransport::fail_peer(int peer, const Error& error) {
   if (failed_[static_cast<std::size_t>(peer)]) return;
-  peer_failed(peer, error);
+  peer_failed(peer, error, false);
 }
 
 void InprocTransport::shutdown(base::Deadline) {

@@ -47,7 +47,7 @@ class InprocTransport final : public Transport {
  private:
   bool progress();
   bool deliver_from(int peer);
-  void peer_failed(int peer, const Error& error);
+  void peer_failed(int peer, const Error& error, bool left);
 
   TransportContext context_;
   std::shared_ptr<Inbox> inbox_;               // frames for this rank

@@ -422,14 +422,15 @@ void ShmTransport::fail_link(int peer, const Error& error) {
   if (link.failed) return;
   link.failed = true;
   if (!link.was_up) link.setup_error = error;
-  const bool quiet = closing_ || (link.conn && link.conn->goodbye_received());
+  const bool left = link.conn && link.conn->goodbye_received();
+  const bool quiet = closing_ || left;
   base::log(quiet ? base::LogLevel::debug : base::LogLevel::error,
             quiet ? "shm: link closed: " : "", error.what());
   if (link.conn) {
     link.conn->close(error);  // uses the exit watch to tell a dead peer from a slow one
     link.conn->exit_watch.reset();
   }
-  if (!closing_) context_.sink->on_peer_failed(peer, error);
+  if (!closing_) context_.sink->on_peer_failed(peer, error, left);
 }
 
 const PeerMemory* ShmTransport::peer_memory(int peer) const {

@@ -447,7 +447,7 @@ void TcpTransport::fail_link(int peer, const Error& error) {
     conn->close(&error);
     retire(std::move(conn));
   }
-  if (!closing_) context_.sink->on_peer_failed(peer, error);
+  if (!closing_) context_.sink->on_peer_failed(peer, error, link.goodbye);
 }
 
 void TcpTransport::fail_peer(int peer, const Error& error) {
