@@ -23,6 +23,7 @@ ALGOS = {
     "broadcast": ["shared", "binomial", "chain"],
     "allgather": ["shared", "ring", "bruck"],
     "reduce": ["shared", "binomial"],
+    "alltoall": ["pairwise", "bruck"],
 }
 SHARED_LIMIT = 64 * 1024  # a shared slot's payload
 

@@ -97,6 +97,8 @@ void reduce_scatter_ring(Call& call, void* data, std::size_t count, DataType typ
 // `send` holds block r for rank r (`sblocks`); `recv` gets block r from rank r (`rblocks`).
 void alltoall_pairwise(Call& call, const void* send, const Blocks& sblocks, void* recv,
                        const Blocks& rblocks);
+// The same with `block` bytes for every rank, in ceil(log2 p) rounds (small blocks).
+void alltoall_bruck(Call& call, const void* send, void* recv, std::size_t block);
 // The root's `recv` gets rank r's `send_bytes` at block r (`rblocks`, the root's).
 void gather_linear(Call& call, const void* send, std::size_t send_bytes, void* recv,
                    const Blocks& rblocks, int root);

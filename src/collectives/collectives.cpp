@@ -369,6 +369,15 @@ void Collectives::alltoall(const void* send, void* recv, std::size_t count, Data
   check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
   if (send == recv && block > 0) usage(call, "alltoall cannot run in place");
+  check_known(call);
+  const std::string algo =
+      call.size > 1 ? choose(call, "alltoall", block * static_cast<std::size_t>(call.size),
+                             size_of(type), block)
+                    : std::string("pairwise");
+  if (algo == "bruck") {
+    run_guarded(call, [&] { alltoall_bruck(call, send, recv, block); });
+    return;
+  }
   const Blocks blocks = Blocks::uniform(call.size, block);
   run_guarded(call, [&] { alltoall_pairwise(call, send, blocks, recv, blocks); });
 }

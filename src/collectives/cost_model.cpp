@@ -168,7 +168,12 @@ std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes
   // One algorithm each so far; `bytes` is the whole buffer, n/p per rank and step.
   if (collective == "reduce_scatter")
     return {usable("ring", (p - 1) * (c.send(n / p) + c.reduce(n / p)))};
-  if (collective == "alltoall") return {usable("pairwise", (p - 1) * c.send(n / p))};
+  if (collective == "alltoall") {
+    // Bruck: log2(p) rounds of about half the data, each packed and unpacked, plus the
+    // rotations before and after.
+    return {usable("pairwise", (p - 1) * c.send(n / p)),
+            usable("bruck", ceil_log2(p) * (c.send(n / 2) + c.copy(n)) + 2 * c.copy(n))};
+  }
   // The root's link carries the p-1 blocks one after another.
   if (collective == "gather" || collective == "scatter")
     return {usable("linear", c.m.alpha_us + (p - 1) * n / p / c.m.link_bpus)};

@@ -101,7 +101,7 @@ void check_all(Communicator& comm, std::size_t count) {
 // Each configuration forces one algorithm per collective that has several.
 const char* const configurations[] = {
     "allreduce=recursive_doubling,broadcast=binomial,allgather=ring",
-    "allreduce=rabenseifner,broadcast=chain,allgather=bruck",
+    "allreduce=rabenseifner,broadcast=chain,allgather=bruck,alltoall=bruck",
     "allreduce=ring,broadcast=chain,allgather=ring"};
 
 TEST(CollectivesSweep, EveryCollectiveAndAlgorithmOnOneTo64ThreadRanks) {

@@ -133,6 +133,11 @@ TEST(CostModel, AllgatherSmallIsBruckLargeIsTheRing) {
   EXPECT_EQ(pick("allgather", 64 << 20, hosts(8), tcp_model()), "ring");
 }
 
+TEST(CostModel, AlltoallSmallBlocksAreBruckLargeArePairwise) {
+  EXPECT_EQ(pick("alltoall", 64 * 8, hosts(64), tcp_model()), "bruck");
+  EXPECT_EQ(pick("alltoall", 64 << 20, hosts(64), tcp_model()), "pairwise");
+}
+
 TEST(CostModel, EveryCollectiveHasAPrediction) {
   for (const char* c : {"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter",
                         "alltoall", "gather", "scatter", "barrier"}) {
