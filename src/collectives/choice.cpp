@@ -1,6 +1,7 @@
 // How a collective call gets its algorithm: ANVIEW_ALGO, or the tuner's pick from the cost
 // model (cost_model.hpp) with the costs the job measured (tuning.hpp); and the reports of it
 // (collective_algorithm, anview-info --explain).
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -41,34 +42,34 @@ std::string microseconds(double us) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> Collectives::read_forced() {
-  std::vector<std::pair<std::string, std::string>> forced;
+std::vector<Collectives::Forced> Collectives::read_forced() {
+  std::vector<Forced> forced;
   for (const auto& item : algo_setting.as_list()) {
     const auto eq = item.find('=');
-    if (eq != std::string::npos) forced.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    if (eq == std::string::npos) continue;
+    Forced f{item.substr(0, eq), item.substr(eq + 1)};
+    const auto list = candidates(f.collective, 0, Topology{}, assumed_costs());
+    for (const auto& c : list) f.names += (f.names.empty() ? "" : ", ") + c.algorithm;
+    f.known = list.empty() || std::any_of(list.begin(), list.end(), [&](const Candidate& c) {
+                return c.algorithm == f.algorithm;
+              });
+    forced.push_back(std::move(f));
   }
   return forced;
 }
 
 const std::string& Collectives::forced_for(std::string_view collective) const {
   static const std::string none;
-  for (const auto& [name, algo] : forced_)
-    if (name == collective) return algo;
+  for (const auto& f : forced_)
+    if (f.collective == collective) return f.algorithm;
   return none;
 }
 
 void Collectives::check_known(const Call& call) const {
-  const std::string& forced = forced_for(call.name);
-  if (forced.empty() || forced_known_.count(call.name) > 0) return;
-  std::string names;
-  for (const auto& c : candidates(call.name, 0, topology(1), assumed_costs())) {
-    if (c.algorithm == forced) {
-      forced_known_.insert(call.name);  // checked once, not at every call
-      return;
-    }
-    names += (names.empty() ? "" : ", ") + c.algorithm;
+  for (const auto& f : forced_) {
+    if (f.collective == call.name && !f.known)
+      usage(call, "ANVIEW_ALGO names " + f.collective + "=" + f.algorithm + "; known: " + f.names);
   }
-  usage(call, "ANVIEW_ALGO names " + std::string(call.name) + "=" + forced + "; known: " + names);
 }
 
 void Collectives::check_runs(const Call& call, const std::string& algo, std::size_t bytes) const {
@@ -111,10 +112,7 @@ CostModel Collectives::current_model() const {
 }
 
 void Collectives::measure_costs() {
-  {
-    std::lock_guard lock(model_mu_);
-    if (model_) return;
-  }
+  if (model_) return;  // only this thread writes it
   const int bits = placement();
   Call call = begin("tuning probe");
   CostModel measured;
@@ -127,7 +125,6 @@ void Collectives::measure_costs() {
   });
   std::lock_guard lock(model_mu_);
   model_ = measured;
-  measured_ = true;
 }
 
 const std::string& Collectives::choose(const Call& call, std::string_view collective,
@@ -138,33 +135,27 @@ const std::string& Collectives::choose(const Call& call, std::string_view collec
     check_runs(call, forced, per_rank);
     return forced;
   }
-  Decision* last = nullptr;
-  for (auto& d : decisions_)
-    if (d.collective == collective) last = &d;
-  if (last != nullptr && measured_ && last->bytes == bytes &&
-      last->element_bytes == element_bytes && last->in_place == in_place)
-    return last->algorithm;
-  int choices = 0;
-  for (const auto& c :
-       candidates(collective, bytes, topology(element_bytes, in_place), assumed_costs()))
-    choices += c.usable ? 1 : 0;
-  if (choices > 1) measure_costs();
-  if (last == nullptr)
-    last = &decisions_.emplace_back(Decision{std::string(collective), 0, 0, false, {}});
-  *last = Decision{std::string(collective), bytes, element_bytes, in_place,
-                   pick(collective, bytes, element_bytes, in_place, nullptr)};
-  return last->algorithm;
+  if (model_) {  // measured: a pick depends on the arguments alone (this thread writes model_)
+    for (const auto& d : decisions_) {
+      if (d.collective == collective && d.bytes == bytes && d.element_bytes == element_bytes &&
+          d.in_place == in_place)
+        return d.algorithm;
+    }
+  } else {
+    int choices = 0;
+    for (const auto& c :
+         candidates(collective, bytes, topology(element_bytes, in_place), assumed_costs()))
+      choices += c.usable ? 1 : 0;
+    if (choices > 1) measure_costs();
+  }
+  Decision& d = decisions_[next_decision_++ % decisions_.size()];
+  d = Decision{std::string(collective), bytes, element_bytes, in_place,
+               pick(collective, bytes, element_bytes, in_place, nullptr)};
+  return d.algorithm;
 }
 
 std::string Collectives::leaders_algorithm(std::size_t bytes, std::size_t element_bytes) const {
-  Topology leaders = topology(element_bytes, true);
-  leaders.ranks = leaders.hosts;
-  leaders.hosts = leaders.largest_host = 1;
-  leaders.shares_memory = leaders.reads_peers = false;
-  const auto list = candidates("allreduce", bytes, leaders, current_model());
-  const int best = cheapest(list);
-  return best < 0 ? std::string("recursive_doubling")
-                  : list[static_cast<std::size_t>(best)].algorithm;
+  return leaders_allreduce(topology(element_bytes, true), current_model(), bytes).algorithm;
 }
 
 std::string Collectives::pick(std::string_view collective, std::size_t bytes,
@@ -193,10 +184,7 @@ std::string Collectives::pick(std::string_view collective, std::size_t bytes,
 std::string Collectives::explain(std::string_view collective, std::size_t bytes) {
   const int n = messenger_.size();
   if (candidates(collective, bytes, topology(4), assumed_costs()).empty()) return {};
-  if (n > 1) {
-    placement();
-    measure_costs();
-  }
+  if (n > 1) measure_costs();  // agrees on the placement first
   const CostModel model = current_model();
   const Topology t = topology(4);
   const auto list = candidates(collective, bytes, t, model);

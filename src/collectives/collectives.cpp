@@ -150,7 +150,7 @@ int Collectives::placement() {
     all[2 * me] = static_cast<std::uint64_t>(local_placement());
     all[2 * me + 1] = std::hash<std::string>{}(messenger_.host_id());
     run_guarded(call, [&] {
-      allgather_ring(call, all.data(), Blocks::uniform(call.size, 2 * sizeof(std::uint64_t)));
+      allgather_bruck(call, all.data(), 2 * sizeof(std::uint64_t));  // log2(p) rounds
     });
     std::uint64_t bits = reads_peers | shares_memory;
     std::vector<std::uint64_t> hosts(n);

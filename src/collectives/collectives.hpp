@@ -4,11 +4,11 @@
 // cause.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -76,8 +76,6 @@ class Collectives {
   bool placement_allows(int bit) const;
   Call begin(const char* name);
   [[noreturn]] void usage(const Call& call, const std::string& cause) const;
-  // ANVIEW_ALGO's items (collective, algorithm); choice.cpp holds the choosing.
-  static std::vector<std::pair<std::string, std::string>> read_forced();
   // What ANVIEW_ALGO forces for `collective`, or empty.
   const std::string& forced_for(std::string_view collective) const;
   // A usage error when ANVIEW_ALGO forces an algorithm the call's collective does not have.
@@ -120,8 +118,15 @@ class Collectives {
 
   p2p::Messenger& messenger_;
   std::uint64_t sequence_ = 0;
-  std::vector<std::pair<std::string, std::string>> forced_;  // ANVIEW_ALGO: collective, algorithm
-  mutable std::set<std::string, std::less<>> forced_known_;  // collectives whose forced name exists
+  // ANVIEW_ALGO's items, checked against each collective's algorithms when read.
+  struct Forced {
+    std::string collective;
+    std::string algorithm;
+    bool known = true;  // the collective has that algorithm (else `names` lists those it has)
+    std::string names;
+  };
+  static std::vector<Forced> read_forced();  // choice.cpp holds the choosing
+  std::vector<Forced> forced_;
   // Placement state is read by algorithm() from any thread while collectives run on another
   // (the nonblocking collectives' worker): set once (call_once), agreed once (atomic, -1 until).
   mutable std::once_flag placement_once_;
@@ -134,18 +139,18 @@ class Collectives {
   std::size_t chunk_bytes_;         // ANVIEW_COLL_CHUNK
   // The measured costs, agreed by all ranks; read by algorithm() from any thread.
   mutable std::mutex model_mu_;
-  std::optional<CostModel> model_;
-  bool measured_ = false;  // model_ is set (read without the lock by the collectives' thread)
-  // The last pick of each collective, reused while its calls look the same (programs repeat
-  // one size): a small call pays a comparison, not a prediction.
+  std::optional<CostModel> model_;  // written only by the collectives' thread
+  // Recent picks, reused while calls look the same (programs repeat a few sizes): a small call
+  // pays a few comparisons, not a prediction.
   struct Decision {
     std::string collective;
-    std::size_t bytes;
-    std::size_t element_bytes;
-    bool in_place;
+    std::size_t bytes = 0;
+    std::size_t element_bytes = 0;
+    bool in_place = false;
     std::string algorithm;
   };
-  std::vector<Decision> decisions_;
+  std::array<Decision, 8> decisions_;
+  std::size_t next_decision_ = 0;        // the one to replace next
   std::vector<p2p::RequestPtr> posted_;  // the current call's requests
   std::vector<char> scratch_;            // the current call's incoming data
 };

@@ -53,6 +53,23 @@ double fold_cost(const Terms& c, int p, double n) {
 
 std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t bytes);
 
+}  // namespace
+
+Candidate leaders_allreduce(const Topology& t, const CostModel& model, std::size_t bytes) {
+  Topology leaders = t;
+  leaders.ranks = t.hosts;
+  leaders.hosts = 1;
+  leaders.largest_host = 1;
+  leaders.shares_memory = leaders.reads_peers = false;
+  leaders.in_place = true;
+  const auto among = allreduce(leaders, Terms{model}, bytes);
+  const int best = cheapest(among);
+  return best < 0 ? Candidate{"recursive_doubling", true, 0, {}}
+                  : among[static_cast<std::size_t>(best)];
+}
+
+namespace {
+
 // Reduce to each host's leader, allreduce among the leaders (the best flat algorithm for
 // them), broadcast from each leader; the steps inside a host over its own links.
 Candidate hierarchical(const Topology& t, const Terms& c, std::size_t bytes) {
@@ -66,15 +83,7 @@ Candidate hierarchical(const Topology& t, const Terms& c, std::size_t bytes) {
   const Terms inside{local};
   const int steps = ceil_log2(t.largest_host);
   const double within = steps * (inside.send(n) + inside.reduce(n)) + steps * inside.send(n);
-  Topology leaders = t;
-  leaders.ranks = t.hosts;
-  leaders.hosts = 1;
-  leaders.largest_host = 1;
-  leaders.shares_memory = leaders.reads_peers = false;
-  leaders.in_place = true;
-  const auto among = allreduce(leaders, c, bytes);
-  const int best = cheapest(among);
-  const double between = best < 0 ? 0 : among[static_cast<std::size_t>(best)].predicted_us;
+  const double between = leaders_allreduce(t, c.m, bytes).predicted_us;
   return usable("hierarchical", (t.in_place ? 0 : c.copy(n)) + within + between);
 }
 

@@ -56,6 +56,10 @@ struct Candidate {
 std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes,
                                   const Topology& topology, const CostModel& model);
 
+// The flat allreduce the hosts' leaders run inside a hierarchical one (ranks: t.hosts, messages
+// only, in place), with its predicted time.
+Candidate leaders_allreduce(const Topology& topology, const CostModel& model, std::size_t bytes);
+
 // The usable candidate with the lowest predicted time (the first one on a tie), or -1.
 int cheapest(const std::vector<Candidate>& candidates);
 

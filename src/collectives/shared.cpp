@@ -111,9 +111,6 @@ class Slots {
   }
   const SlotHeader* header(int r) const { return reinterpret_cast<const SlotHeader*>(slot(r)); }
 
-  // True once `peer` published this call or a later one.
-  bool reached(int peer) const { return header(peer)->seq.load(std::memory_order_acquire) >= seq_; }
-
   // True once `peer` published this call; raises a usage Error if it published another.
   bool published(int peer) const {
     const SlotHeader& h = *header(peer);
@@ -157,16 +154,14 @@ class Slots {
       if (now < next_check) continue;
       next_check = now + std::chrono::microseconds(100);
       call_.messenger.progress();
-      // A rank that is gone fails the call unless it published it first: then it merely left
-      // (it closed its communicator after the job's last barrier, say) and blocks nobody.
+      // The peer waited for may have published and then left (closed its communicator after
+      // the job's last barrier, say): only if it had not is its goodbye a failure. Other ranks
+      // that left are skipped by first_peer_failure(); one that died fails the call.
       if (auto failure = call_.messenger.peer_failure(peer)) {
         if (published(peer)) return;
         rethrow(call_, *failure);
       }
-      if (auto failure = call_.messenger.first_peer_failure()) {
-        const int gone = failure->context().peer;
-        if (gone < 0 || gone == call_.rank || !reached(gone)) rethrow(call_, *failure);
-      }
+      if (auto failure = call_.messenger.first_peer_failure()) rethrow(call_, *failure);
       const auto waited = now - start;
       if (waited >= call_.timeout) {
         throw Error(ErrorKind::timeout,

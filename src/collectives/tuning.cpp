@@ -61,9 +61,20 @@ double median_us(int rounds, Step&& step) {
   return times[static_cast<std::size_t>(rounds / 2)];
 }
 
+// Microseconds per byte of a large_bytes message to the right neighbour while one comes from
+// the left, as in a ring step (`alpha_us` of it is latency). `out` and `in` hold large_bytes.
+double link_us_per_byte(Call& call, const char* out, char* in, double alpha_us) {
+  const int right = mod(call.rank + 1, call.size);
+  const int left = mod(call.rank - 1, call.size);
+  auto large = [&] { sendrecv(call, out, large_bytes, right, in, large_bytes, left); };
+  large();
+  return std::max(median_us(large_rounds, large) - alpha_us, 1e-3) /
+         static_cast<double>(large_bytes);
+}
+
 // When the job spans hosts, the ranks of each host also time their own links (a ring among
 // them), which hierarchical algorithms use inside a host. Ranks alone on their host skip it.
-void measure_inside_host(Call& call, const Placement& where, Values& v) {
+void measure_inside_host(Call& call, const Placement& where, char* out, char* in, Values& v) {
   const HostLayout& layout = *where.layout;
   const auto me = static_cast<std::size_t>(call.rank);
   const auto& host = layout.hosts[static_cast<std::size_t>(layout.host_of[me])];
@@ -71,17 +82,10 @@ void measure_inside_host(Call& call, const Placement& where, Values& v) {
   Call local = call.among(host, layout.position[me]);
   const int right = mod(local.rank + 1, local.size);
   const int left = mod(local.rank - 1, local.size);
-  char out_small[8] = {}, in_small[8];
-  auto small = [&] { sendrecv(local, out_small, sizeof out_small, right, in_small, 8, left); };
+  auto small = [&] { sendrecv(local, out, 8, right, in, 8, left); };
   for (int i = 0; i < small_warmup; ++i) small();
   v[local_alpha_us] = median_us(small_rounds, small);
-  std::vector<char> out_large(large_bytes, 1), in_large(large_bytes);
-  auto large = [&] {
-    sendrecv(local, out_large.data(), large_bytes, right, in_large.data(), large_bytes, left);
-  };
-  large();
-  v[us_per_local_link_byte] = std::max(median_us(large_rounds, large) - v[local_alpha_us], 1e-3) /
-                              static_cast<double>(large_bytes);
+  v[us_per_local_link_byte] = link_us_per_byte(local, out, in, v[local_alpha_us]);
 }
 
 // Messages go to the right neighbour while others come from the left one, as in a ring step.
@@ -98,13 +102,7 @@ Values measure(Call& call, const Placement& where, std::uint64_t& shared_calls) 
   for (int i = 0; i < small_warmup; ++i) barrier_dissemination(call);
   v[alpha_us] = median_us(small_rounds, [&] { barrier_dissemination(call); }) / rounds;
   std::vector<char> out_large(large_bytes, 1), in_large(large_bytes);
-  auto large = [&] {
-    sendrecv(call, out_large.data(), large_bytes, right, in_large.data(), large_bytes, left);
-  };
-  large();
-  const double large_us = median_us(large_rounds, large);
-  const auto bytes = static_cast<double>(large_bytes);
-  v[us_per_link_byte] = std::max(large_us - v[alpha_us], 1e-3) / bytes;
+  v[us_per_link_byte] = link_us_per_byte(call, out_large.data(), in_large.data(), v[alpha_us]);
   if (where.peers != nullptr) {
     // Read the right neighbour's buffer as the direct algorithms do (its address comes in a
     // message); nobody leaves before the agreement below, so the buffer outlives the reads.
@@ -115,7 +113,7 @@ Values measure(Call& call, const Placement& where, std::uint64_t& shared_calls) 
     const std::string operation = call.operation();
     auto read = [&] { peer.read(theirs, in_large.data(), large_bytes, operation); };
     read();
-    v[us_per_read_byte] = median_us(large_rounds, read) / bytes;
+    v[us_per_read_byte] = median_us(large_rounds, read) / static_cast<double>(large_bytes);
   }
   std::vector<float> into(local_bytes / sizeof(float), 1.0f), from(into.size(), 0.5f);
   const auto local = static_cast<double>(local_bytes);
@@ -128,7 +126,7 @@ Values measure(Call& call, const Placement& where, std::uint64_t& shared_calls) 
   v[us_per_copy_byte] =
       median_us(large_rounds, [&] { std::memcpy(into.data(), from.data(), local_bytes); }) / local;
   if (where.layout != nullptr && where.layout->hosts.size() > 1)
-    measure_inside_host(call, where, v);
+    measure_inside_host(call, where, out_large.data(), in_large.data(), v);
   if (where.areas != nullptr) {
     auto flags = [&] { barrier_shared(call, *where.areas, ++shared_calls); };
     for (int i = 0; i < small_warmup; ++i) flags();

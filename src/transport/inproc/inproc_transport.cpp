@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 
 namespace anview::transport::inproc {
@@ -17,8 +18,8 @@ struct Inbox {
   };
   std::mutex mu;
   std::map<int, std::deque<Frame>> frames;  // by sender
-  std::map<int, bool> closed;               // senders that left (their goodbye)
-  std::map<int, bool> connected;            // senders that found this inbox (their hello)
+  std::set<int> closed;                     // senders that left (their goodbye)
+  std::set<int> connected;                  // senders that found this inbox (their hello)
   base::ProgressEngine* engine = nullptr;   // to wake the owner; null once it is gone
   std::atomic<bool> pending{false};         // something arrived (lock-free hint)
 
@@ -30,12 +31,12 @@ struct Inbox {
   }
   void hello(int from) {
     std::lock_guard lock(mu);
-    connected[from] = true;
+    connected.insert(from);
     if (engine != nullptr) engine->wakeup();
   }
   void goodbye(int from) {
     std::lock_guard lock(mu);
-    closed[from] = true;
+    closed.insert(from);
     pending.store(true, std::memory_order_release);
     if (engine != nullptr) engine->wakeup();
   }
@@ -156,7 +157,7 @@ bool InprocTransport::ready() const {
   if (setup_failure_) return true;
   std::lock_guard lock(inbox_->mu);
   for (int p : expected_)
-    if (!inbox_->connected[p]) return false;
+    if (inbox_->connected.count(p) == 0) return false;
   return true;
 }
 
@@ -164,7 +165,7 @@ std::string InprocTransport::pending_connections() const {
   std::string missing;
   std::lock_guard lock(inbox_->mu);
   for (int p : expected_)
-    if (!inbox_->connected[p])
+    if (inbox_->connected.count(p) == 0)
       missing += (missing.empty() ? "rank " : ", rank ") + std::to_string(p);
   return missing.empty() ? missing : "not yet connected by " + missing;
 }
@@ -207,8 +208,7 @@ bool InprocTransport::progress() {
     std::lock_guard lock(inbox_->mu);
     for (const auto& [from, queue] : inbox_->frames)
       if (!queue.empty()) senders.push_back(from);
-    for (const auto& [from, closed] : inbox_->closed)
-      if (closed) gone.push_back(from);
+    gone.assign(inbox_->closed.begin(), inbox_->closed.end());
   }
   for (int from : senders) worked = deliver_from(from) || worked;
   for (int from : gone) {
