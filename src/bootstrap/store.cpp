@@ -110,6 +110,14 @@ Store Store::file(const std::string& directory, StoreOptions options) {
   return Store(detail::open_file_store(directory, options));
 }
 
+Store Store::wrap(std::shared_ptr<StoreBackend> backend, StoreOptions options) {
+  options = resolve(options);
+  if (!backend)
+    throw Error(ErrorKind::usage,
+                {.rank = options.rank, .operation = "store.wrap", .cause = "null backend"});
+  return Store(detail::wrap_store(std::move(backend), options));
+}
+
 void Store::set(const std::string& key, const Bytes& value) {
   const Checker check(impl_.get(), "store.set");
   check.key(key);

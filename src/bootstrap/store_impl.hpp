@@ -53,6 +53,8 @@ std::shared_ptr<StoreImpl> connect_tcp_store(const std::string& host_port,
                                              const StoreOptions& options);
 std::shared_ptr<StoreImpl> open_file_store(const std::string& directory,
                                            const StoreOptions& options);
+std::shared_ptr<StoreImpl> wrap_store(std::shared_ptr<StoreBackend> backend,
+                                      const StoreOptions& options);
 
 // "'a', 'b', 'c' and 7 more": keys for an error's cause, at most `shown` of them.
 std::string describe_keys(const std::vector<std::string>& keys, std::size_t shown = 8);

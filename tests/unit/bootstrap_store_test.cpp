@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "anview/error.hpp"
+#include "support/expect_error.hpp"
 #include "anview/store.hpp"
 #include "base/socket.hpp"
 #include "bootstrap/store_protocol.hpp"
@@ -39,17 +40,7 @@ std::string make_temp_dir() {
   return dir;
 }
 
-// Runs `fn`, expects an anview::Error, returns it.
-template <typename Fn>
-Error expect_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected an anview::Error";
-  return Error(ErrorKind::internal, {});
-}
+using testing::expect_error;
 
 // A thread whose exception becomes a test failure instead of std::terminate.
 template <typename Fn>
