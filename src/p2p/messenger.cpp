@@ -393,6 +393,7 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
     if (request.error) throw *request.error;
     return request.status;
   }
+  if (request.kind == RequestImpl::Kind::external) return wait_external(request, timeout);
   // The clock starts after a first burst of rounds that read none: most waits for a peer
   // that is already sending end within it (a clock read costs as much as a round).
   base::Deadline deadline{}, spin_end{}, pure_spin_end{};
@@ -446,6 +447,34 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
     }
     release_driver_role();
     if (!done()) throw timed_out();
+  }
+  if (request.error) throw *request.error;
+  return request.status;
+}
+
+// An external request (a nonblocking collective) is completed by the thread that runs it,
+// which drives the progress it needs itself. A waiter that drove or spun as well would take
+// the driver role and a core from that very thread: with more busy threads than cores (two
+// ranks, each with a waiting and a working thread, on two cores) every call then costs a
+// scheduler time slice. So the waiter only yields for the spin time (a short collective ends
+// meanwhile), then sleeps until the completion wakes it.
+Status Messenger::wait_external(RequestImpl& request, std::chrono::milliseconds timeout) {
+  auto done = [&] { return request.done.load(std::memory_order_acquire); };
+  const auto start = base::Clock::now();
+  const base::Deadline deadline = start + timeout;
+  for (auto now = start; !done() && now < start + spin_ && now < deadline; now = base::Clock::now())
+    std::this_thread::yield();
+  if (!done()) {
+    Lock lock(mu_);  // complete() sets done under mu_: no wake-up is lost
+    while (!done()) {
+      if (base::Clock::now() >= deadline)
+        throw request_error(request, ErrorKind::timeout,
+                            "not complete after " + std::to_string(timeout.count()) +
+                                " ms: " + describe_wait(request));
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      cv_.wait_until(lock, deadline);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
   }
   if (request.error) throw *request.error;
   return request.status;

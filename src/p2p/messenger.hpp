@@ -191,6 +191,8 @@ class Messenger final : public transport::FrameSink,
   std::size_t unexpected_limit_;
   std::size_t chunk_bytes_;
   std::chrono::microseconds spin_;
+  // wait() for an external request: yield, then sleep until the thread running it completes it.
+  Status wait_external(RequestImpl& request, std::chrono::milliseconds timeout);
 };
 
 }  // namespace anview::p2p
