@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds Anview and runs the whole test suite:
-#   1. Release build, every test (unit, launcher, multi-process and fault tests);
+#   1. Release build, every test (unit, launcher, multi-process and fault tests, and the
+#      Python package and PyTorch backend with pytest);
 #   2. ASan+UBSan build, every test;
 #   3. TSan build of the unit tests (the threaded core: thread-per-rank communicators).
 # Tests run one at a time: the multi-process tests start several ranks each, and a 2-core
