@@ -10,49 +10,87 @@ CollectiveWorker::CollectiveWorker(p2p::Messenger& messenger)
 
 CollectiveWorker::~CollectiveWorker() {
   {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
+    std::lock_guard lock(queue_->mu);
+    queue_->stopping = true;
   }
-  cv_.notify_all();
+  queue_->cv.notify_all();
   thread_.join();
 }
 
-void CollectiveWorker::submit(p2p::RequestPtr request, std::size_t bytes,
-                              std::function<void()> job) {
+void CollectiveWorker::submit(p2p::RequestPtr request, std::size_t bytes, std::function<void()> job,
+                              bool caller_waits) {
+  // `this` is used only while the queue is not stopping, which the destructor waits out.
+  request->run_here = [this, weak = std::weak_ptr<Queue>(queue_), raw = request.get()] {
+    const auto queue = weak.lock();
+    return queue && run_here(raw);
+  };
   {
-    std::lock_guard lock(mu_);
-    jobs_.push_back(Job{std::move(request), bytes, std::move(job)});
+    std::lock_guard lock(queue_->mu);
+    queue_->jobs.push_back(Job{std::move(request), bytes, std::move(job)});
   }
-  cv_.notify_one();
+  if (!caller_waits) queue_->cv.notify_one();
+}
+
+bool CollectiveWorker::run_here(const p2p::RequestImpl* request) {
+  Queue& q = *queue_;
+  Job job;
+  {
+    std::lock_guard lock(q.mu);
+    if (q.stopping || q.running || q.jobs.empty() || q.jobs.front().request.get() != request)
+      return false;
+    job = std::move(q.jobs.front());
+    q.jobs.pop_front();
+    q.running = true;
+  }
+  run(job);
+  bool wake;
+  {
+    std::lock_guard lock(q.mu);
+    q.running = false;
+    wake = !q.jobs.empty() || q.stopping;  // the thread: the next job; closing: none runs now
+  }
+  if (wake) q.cv.notify_all();  // else the thread sleeps on: waking it for nothing costs a core
+  return true;
+}
+
+void CollectiveWorker::run(Job& job) {
+  std::optional<Error> error;
+  try {
+    job.run();
+  } catch (const Error& e) {
+    error = e;
+  } catch (const std::exception& e) {
+    error =
+        Error(ErrorKind::internal,
+              {.rank = messenger_.rank(), .operation = job.request->operation, .cause = e.what()});
+  }
+  messenger_.finish_external(*job.request, std::move(error), job.bytes);
 }
 
 void CollectiveWorker::loop() {
+  Queue& q = *queue_;
   for (;;) {
     Job job;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-      if (stopping_) break;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
+      std::unique_lock lock(q.mu);
+      q.cv.wait(lock, [&] { return q.stopping || (!q.jobs.empty() && !q.running); });
+      if (q.stopping) {
+        q.cv.wait(lock, [&] { return !q.running; });  // a waiter's job finishes first
+        break;
+      }
+      job = std::move(q.jobs.front());
+      q.jobs.pop_front();
+      q.running = true;
     }
-    std::optional<Error> error;
-    try {
-      job.run();
-    } catch (const Error& e) {
-      error = e;
-    } catch (const std::exception& e) {
-      error = Error(
-          ErrorKind::internal,
-          {.rank = messenger_.rank(), .operation = job.request->operation, .cause = e.what()});
-    }
-    messenger_.finish_external(*job.request, std::move(error), job.bytes);
+    run(job);
+    std::lock_guard lock(q.mu);
+    q.running = false;
   }
   // Closing: what never ran fails, so nobody waits for it forever.
   std::deque<Job> left;
   {
-    std::lock_guard lock(mu_);
-    left.swap(jobs_);
+    std::lock_guard lock(q.mu);
+    left.swap(q.jobs);
   }
   for (auto& job : left) {
     messenger_.finish_external(

@@ -77,7 +77,7 @@ void CommunicatorImpl::run_collective(const char* name, std::function<void()> jo
   }
   if (worker == nullptr) return job();
   auto request = messenger_->external_request(name);
-  worker->submit(request, 0, std::move(job));
+  worker->submit(request, 0, std::move(job), /*caller_waits=*/true);
   // Each step of the collective has its own deadline: wait for as long as it runs.
   for (;;) {
     try {

@@ -453,16 +453,20 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
 }
 
 // An external request (a nonblocking collective) is completed by the thread that runs it,
-// which drives the progress it needs itself. A waiter that drove or spun as well would take
+// which drives the progress it needs itself; or by the waiter, when the operation has not
+// started and is next in line (RequestImpl::run_here). A waiter that drove or spun would take
 // the driver role and a core from that very thread: with more busy threads than cores (two
 // ranks, each with a waiting and a working thread, on two cores) every call then costs a
 // scheduler time slice. So the waiter only yields for the spin time (a short collective ends
 // meanwhile), then sleeps until the completion wakes it.
 Status Messenger::wait_external(RequestImpl& request, std::chrono::milliseconds timeout) {
   auto done = [&] { return request.done.load(std::memory_order_acquire); };
+  // Next in line and not started: run it here (as a blocking collective would run).
+  auto ran_here = [&] { return request.run_here && !done() && request.run_here(); };
   const auto start = base::Clock::now();
   const base::Deadline deadline = start + timeout;
-  for (auto now = start; !done() && now < start + spin_ && now < deadline; now = base::Clock::now())
+  for (auto now = start; !done() && !ran_here() && now < start + spin_ && now < deadline;
+       now = base::Clock::now())
     std::this_thread::yield();
   if (!done()) {
     Lock lock(mu_);  // complete() sets done under mu_: no wake-up is lost

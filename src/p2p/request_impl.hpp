@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,11 @@ class RequestImpl : public std::enable_shared_from_this<RequestImpl> {
 
   // external
   std::string operation;
+  // Set by the layer that runs the operation (before the request is shared): runs it on the
+  // calling thread if it has not started and nothing runs ahead of it; true when it did, the
+  // request being complete then. Messenger::wait() calls it so that a thread waiting for a
+  // queued collective runs it itself instead of waking another thread and sleeping.
+  std::function<bool()> run_here;
 
   Status status;
   std::optional<Error> error;

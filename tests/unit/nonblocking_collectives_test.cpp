@@ -104,6 +104,33 @@ TEST(NonblockingCollectives, CallbackRunsOnceWithTheResult) {
   });
 }
 
+// Started, then waited for at once (what torch's synchronous collectives do): the waiting
+// thread runs the collective itself when it is next in line, rather than waking the
+// collective thread and sleeping. Its completion callback then runs on the waiting thread,
+// inside wait(); otherwise only the collective thread runs it. Across many calls some must
+// have run here (in practice nearly all).
+TEST(NonblockingCollectives, AWaiterRunsTheNextCollectiveItself) {
+  run_ranks(2, [&](Communicator& comm) {
+    int ran_here = 0;
+    for (int i = 0; i < 200; ++i) {
+      float x = 1.0f;
+      Request r = comm.iallreduce(&x, 1, DataType::float32, ReduceOp::sum);
+      // Counted only when it ran inside wait() on this thread (a request already complete
+      // runs its callback at once, in on_complete, which does not count).
+      std::atomic<bool> waiting{false}, on_this_thread{false};
+      const auto me = std::this_thread::get_id();
+      r.on_complete([&](const Status&, const Error*) {
+        on_this_thread = waiting && std::this_thread::get_id() == me;
+      });
+      waiting = true;
+      r.wait();
+      ASSERT_EQ(x, 2.0f);
+      ran_here += on_this_thread ? 1 : 0;
+    }
+    EXPECT_GT(ran_here, 0);
+  });
+}
+
 TEST(NonblockingCollectives, BadArgumentsFailTheRequestWithAUsageError) {
   run_ranks(2, [&](Communicator& comm) {
     Request r = comm.iallreduce(nullptr, nullptr, 10, DataType::float32, ReduceOp::band);
