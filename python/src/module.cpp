@@ -18,6 +18,7 @@ namespace anview::python {
 namespace {
 
 using Seconds = std::optional<double>;
+using Counts = std::vector<std::size_t>;
 
 std::optional<std::chrono::milliseconds> to_timeout(const Seconds& seconds, const char* operation) {
   if (!seconds) return std::nullopt;
@@ -60,7 +61,13 @@ class PyCommunicator {
     return hold(o, true, dtype, op, arg, rank());
   }
 
-  // The receive buffer of a collective: `out` when given, else the send buffer (in place).
+  void expect_type(const HeldBuffer& b, DataType type, const char* op, const char* what) {
+    if (b.type != type)
+      usage_error(op, rank(),
+                  std::string(what) + " holds " + std::string(name_of(b.type)) +
+                      ", the send buffer " + std::string(name_of(type)));
+  }
+
   void expect_count(const HeldBuffer& b, std::size_t count, DataType type, const char* op,
                     const char* what) {
     if (b.type != type)
@@ -71,6 +78,30 @@ class PyCommunicator {
       usage_error(op, rank(),
                   std::string(what) + " holds " + std::to_string(b.count) + " elements; " +
                       std::to_string(count) + " are needed");
+  }
+
+  // Counts (one per rank) and displacements (one per rank, or none: packed in rank order)
+  // must place every block inside `b`.
+  void check_layout(const HeldBuffer& b, const Counts& counts, const Counts& displs, const char* op,
+                    const char* what) {
+    const auto ranks = static_cast<std::size_t>(size());
+    if (counts.size() != ranks)
+      usage_error(op, rank(),
+                  std::to_string(counts.size()) + " counts for " + what + "; one per rank (" +
+                      std::to_string(ranks) + ") is needed");
+    if (!displs.empty() && displs.size() != ranks)
+      usage_error(
+          op, rank(),
+          std::to_string(displs.size()) + " displacements for " + what + "; one per rank or none");
+    std::size_t packed = 0;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::size_t first = displs.empty() ? packed : displs[r];
+      packed += counts[r];
+      if (first + counts[r] > b.count)
+        usage_error(op, rank(),
+                    std::string(what) + " holds " + std::to_string(b.count) + " elements; block " +
+                        std::to_string(r) + " ends at " + std::to_string(first + counts[r]));
+    }
   }
 
   std::size_t block_count(const HeldBuffer& b, const char* op, const char* what) {
@@ -89,6 +120,15 @@ template <typename Fn>
 auto released(Fn&& fn) {
   py::gil_scoped_release release;
   return fn();
+}
+
+// The buffers of one call, room made for a second (GCC 12 misreads growing a vector made from
+// an initializer list as an out-of-bounds access).
+std::vector<HeldBuffer> holding(HeldBuffer first) {
+  std::vector<HeldBuffer> held;
+  held.reserve(2);
+  held.push_back(std::move(first));
+  return held;
 }
 
 std::unique_ptr<PyRequest> make_request(Request r, std::vector<HeldBuffer> buffers) {
@@ -214,6 +254,116 @@ void bind_p2p(py::class_<PyCommunicator>& c) {
           py::arg("tag") = to_underlying(any_tag), py::arg("timeout") = py::none());
 }
 
+// The v-variants: per-rank counts and displacements (in elements; displacements default to
+// the blocks packed in rank order), blocking and nonblocking.
+void bind_vector_collectives(py::class_<PyCommunicator>& c) {
+  for (const bool nb : {false, true})
+    c.def(
+        nb ? "iallgatherv" : "allgatherv",
+        [nb](PyCommunicator& self, const py::object& buf, const py::object& out,
+             const Counts& counts, const Counts& displs, const OptStr& dtype) {
+          const char* name = nb ? "iallgatherv" : "allgatherv";
+          HeldBuffer s = self.in(buf, dtype, name);
+          HeldBuffer r = self.out(out, dtype, name, "out");
+          self.expect_type(r, s.type, name, "out");
+          self.check_layout(r, counts, displs, name, "out");
+          if (counts[static_cast<std::size_t>(self.rank())] != s.count)
+            usage_error(name, self.rank(),
+                        "counts[rank] differs from the send buffer's " + std::to_string(s.count) +
+                            " elements");
+          if (nb)
+            return make_request(
+                self.comm().iallgatherv(s.data(), s.count, r.data(), counts, displs, s.type),
+                {s, r});
+          released(
+              [&] { self.comm().allgatherv(s.data(), s.count, r.data(), counts, displs, s.type); });
+          return std::unique_ptr<PyRequest>();
+        },
+        py::arg("buffer"), py::arg("out"), py::arg("counts"), py::arg("displs") = Counts{},
+        py::arg("dtype") = py::none());
+
+  for (const bool nb : {false, true})
+    c.def(
+        nb ? "igatherv" : "gatherv",
+        [nb](PyCommunicator& self, const py::object& buf, const py::object& out,
+             const Counts& counts, const Counts& displs, int root, const OptStr& dtype) {
+          const char* name = nb ? "igatherv" : "gatherv";
+          HeldBuffer s = self.in(buf, dtype, name);
+          std::vector<HeldBuffer> held = holding(s);
+          void* recv = nullptr;
+          if (self.rank() == root) {
+            if (out.is_none()) usage_error(name, self.rank(), "the root needs out=");
+            HeldBuffer r = self.out(out, dtype, name, "out");
+            self.expect_type(r, s.type, name, "out");
+            self.check_layout(r, counts, displs, name, "out");
+            recv = r.data();
+            held.push_back(std::move(r));
+          }
+          if (nb)
+            return make_request(
+                self.comm().igatherv(s.data(), s.count, recv, counts, displs, s.type, root),
+                std::move(held));
+          released(
+              [&] { self.comm().gatherv(s.data(), s.count, recv, counts, displs, s.type, root); });
+          return std::unique_ptr<PyRequest>();
+        },
+        py::arg("buffer"), py::arg("out") = py::none(), py::arg("counts") = Counts{},
+        py::arg("displs") = Counts{}, py::arg("root") = 0, py::arg("dtype") = py::none());
+
+  for (const bool nb : {false, true})
+    c.def(
+        nb ? "iscatterv" : "scatterv",
+        [nb](PyCommunicator& self, const py::object& buf, const Counts& counts,
+             const py::object& out, const Counts& displs, int root, const OptStr& dtype) {
+          const char* name = nb ? "iscatterv" : "scatterv";
+          HeldBuffer r = self.out(out, dtype, name, "out");
+          std::vector<HeldBuffer> held = holding(r);
+          const void* send = nullptr;
+          if (self.rank() == root) {
+            HeldBuffer s = self.in(buf, dtype, name);
+            self.expect_type(s, r.type, name, "the send buffer");
+            self.check_layout(s, counts, displs, name, "the send buffer");
+            send = s.data();
+            held.push_back(std::move(s));
+          }
+          if (nb)
+            return make_request(
+                self.comm().iscatterv(send, counts, displs, r.data(), r.count, r.type, root),
+                std::move(held));
+          released(
+              [&] { self.comm().scatterv(send, counts, displs, r.data(), r.count, r.type, root); });
+          return std::unique_ptr<PyRequest>();
+        },
+        py::arg("buffer"), py::arg("counts"), py::arg("out"), py::arg("displs") = Counts{},
+        py::arg("root") = 0, py::arg("dtype") = py::none());
+
+  for (const bool nb : {false, true})
+    c.def(
+        nb ? "ialltoallv" : "alltoallv",
+        [nb](PyCommunicator& self, const py::object& buf, const Counts& send_counts,
+             const py::object& out, const Counts& recv_counts, const Counts& send_displs,
+             const Counts& recv_displs, const OptStr& dtype) {
+          const char* name = nb ? "ialltoallv" : "alltoallv";
+          HeldBuffer s = self.in(buf, dtype, name);
+          HeldBuffer r = self.out(out, dtype, name, "out");
+          self.expect_type(r, s.type, name, "out");
+          self.check_layout(s, send_counts, send_displs, name, "the send buffer");
+          self.check_layout(r, recv_counts, recv_displs, name, "out");
+          if (nb)
+            return make_request(self.comm().ialltoallv(s.data(), send_counts, send_displs, r.data(),
+                                                       recv_counts, recv_displs, s.type),
+                                {s, r});
+          released([&] {
+            self.comm().alltoallv(s.data(), send_counts, send_displs, r.data(), recv_counts,
+                                  recv_displs, s.type);
+          });
+          return std::unique_ptr<PyRequest>();
+        },
+        py::arg("buffer"), py::arg("send_counts"), py::arg("out"), py::arg("recv_counts"),
+        py::arg("send_displs") = Counts{}, py::arg("recv_displs") = Counts{},
+        py::arg("dtype") = py::none());
+}
+
 // Each collective is bound twice: blocking (name) and nonblocking (i + name, a Request).
 void bind_collectives(py::class_<PyCommunicator>& c) {
   // allreduce(buffer, op="sum", out=None, dtype=None): in place unless out is given.
@@ -223,7 +373,7 @@ void bind_collectives(py::class_<PyCommunicator>& c) {
     HeldBuffer s =
         out.is_none() ? self.out(buf, dtype, name, "the buffer") : self.in(buf, dtype, name);
     const ReduceOp rop = parse_op(op, name, self.rank());
-    std::vector<HeldBuffer> held{s};
+    std::vector<HeldBuffer> held = holding(s);
     void* recv = s.data();
     if (!out.is_none()) {
       HeldBuffer r = self.out(out, dtype, name, "out");
@@ -269,7 +419,7 @@ void bind_collectives(py::class_<PyCommunicator>& c) {
           HeldBuffer s = in_place && self.rank() == root ? self.out(buf, dtype, name, "the buffer")
                                                          : self.in(buf, dtype, name);
           const ReduceOp rop = parse_op(op, name, self.rank());
-          std::vector<HeldBuffer> held{s};
+          std::vector<HeldBuffer> held = holding(s);
           void* recv = s.data();
           if (!in_place) {
             HeldBuffer r = self.out(out, dtype, name, "out");
@@ -378,6 +528,8 @@ void bind_collectives(py::class_<PyCommunicator>& c) {
             [&] { self.comm().scatter(s ? s->data() : nullptr, r.data(), r.count, r.type, root); });
       },
       py::arg("buffer"), py::arg("out"), py::arg("root") = 0, py::arg("dtype") = py::none());
+
+  bind_vector_collectives(c);
 
   c.def("barrier", [](PyCommunicator& self) {
      released([&] { self.comm().barrier(); });

@@ -91,6 +91,32 @@ def movement(comm):
     out = np.zeros(n * 2, np.int64)
     comm.alltoall(send, out)
     close(out, np.concatenate([np.arange(2 * rank, 2 * rank + 2) + 100 * s for s in range(n)]), "alltoall")
+    # v-variants: rank r contributes r + 1 elements (valued 10 * r + i).
+    counts = [r + 1 for r in range(n)]
+    everyone = np.concatenate([10 * r + np.arange(r + 1) for r in range(n)]).astype(np.int32)
+    mine = (10 * rank + np.arange(rank + 1)).astype(np.int32)
+    out = np.full(sum(counts), -1, np.int32)
+    comm.allgatherv(mine, out, counts)
+    close(out, everyone, "allgatherv")
+    spaced = np.full(sum(counts) + n, -1, np.int32)  # a gap of one after every block
+    displs = [sum(counts[:r]) + r for r in range(n)]
+    comm.iallgatherv(mine, spaced, counts, displs).wait()
+    close(np.concatenate([spaced[d:d + c] for d, c in zip(displs, counts)]), everyone, "iallgatherv displs")
+    assert (spaced[[d + c for d, c in zip(displs, counts)]] == -1).all(), spaced
+    out = np.zeros(sum(counts), np.int32) if rank == 0 else None
+    comm.gatherv(mine, out, counts if rank == 0 else [], root=0)
+    if rank == 0:
+        close(out, everyone, "gatherv")
+    got = np.zeros(rank + 1, np.int32)
+    comm.scatterv(everyone if rank == n - 1 else None, counts, got, root=n - 1)
+    close(got, mine, "scatterv")
+    # alltoallv: rank s sends (s + d + 1) elements valued 100 * s + d to rank d.
+    send_counts = [rank + d + 1 for d in range(n)]
+    recv_counts = [s + rank + 1 for s in range(n)]
+    send = np.concatenate([np.full(c, 100 * rank + d) for d, c in enumerate(send_counts)]).astype(np.float64)
+    out = np.zeros(sum(recv_counts))
+    comm.ialltoallv(send, send_counts, out, recv_counts).wait()
+    close(out, np.concatenate([np.full(c, 100 * s + rank) for s, c in enumerate(recv_counts)]).astype(np.float64), "alltoallv")
     comm.barrier()
 
 
@@ -134,6 +160,8 @@ def errors(comm):
     expect_error("usage", lambda: comm.allreduce(b"read-only"), "read-only buffer")
     expect_error("usage", lambda: comm.send([1, 2, 3], 0), "a list is no buffer")
     e = expect_error("usage", lambda: comm.recv(np.zeros(1), source=n + 5, tag=1), "bad peer")
+    expect_error("usage", lambda: comm.allgatherv(np.zeros(1), np.zeros(n), [1] * (n + 1)), "allgatherv counts")
+    expect_error("usage", lambda: comm.allgatherv(np.zeros(1), np.zeros(n - 1 if n > 1 else 0), [1] * n), "allgatherv out too small")
     if n > 1:
         # A receive nobody answers times out, naming the peer and the tag.
         start = time.time()
