@@ -67,16 +67,20 @@ class Store {
   static Store wrap(std::shared_ptr<StoreBackend> backend, StoreOptions options = {});
 
   // Sets key to value, replacing any previous value; wakes waiters.
-  void set(const std::string& key, const Bytes& value);
-  void set(const std::string& key, const std::string& value);
+  void set(const std::string& key, const Bytes& value,
+           std::optional<std::chrono::milliseconds> timeout = {});
+  void set(const std::string& key, const std::string& value,
+           std::optional<std::chrono::milliseconds> timeout = {});
   // Waits until key exists, then returns its value.
   Bytes get(const std::string& key, std::optional<std::chrono::milliseconds> timeout = {});
   std::string get_string(const std::string& key,
                          std::optional<std::chrono::milliseconds> timeout = {});
   // Atomically adds delta to the integer stored at key (missing = 0) and returns the result.
   std::int64_t add(const std::string& key, std::int64_t delta);
-  // True when every key exists (does not wait).
-  bool check(const std::vector<std::string>& keys);
+  // True when every key exists (does not wait for them; the timeout bounds the exchange
+  // with a TCP store).
+  bool check(const std::vector<std::string>& keys,
+             std::optional<std::chrono::milliseconds> timeout = {});
   // Waits until every key exists.
   void wait(const std::vector<std::string>& keys,
             std::optional<std::chrono::milliseconds> timeout = {});

@@ -118,19 +118,21 @@ Store Store::wrap(std::shared_ptr<StoreBackend> backend, StoreOptions options) {
   return Store(detail::wrap_store(std::move(backend), options));
 }
 
-void Store::set(const std::string& key, const Bytes& value) {
+void Store::set(const std::string& key, const Bytes& value,
+                std::optional<std::chrono::milliseconds> timeout) {
   const Checker check(impl_.get(), "store.set");
   check.key(key);
   check.value(key, value.size());
-  impl_->set(key, value.data(), value.size(), impl_->options().timeout);
+  impl_->set(key, value.data(), value.size(), check.timeout(timeout));
 }
 
-void Store::set(const std::string& key, const std::string& value) {
+void Store::set(const std::string& key, const std::string& value,
+                std::optional<std::chrono::milliseconds> timeout) {
   const Checker check(impl_.get(), "store.set");
   check.key(key);
   check.value(key, value.size());
   impl_->set(key, reinterpret_cast<const std::uint8_t*>(value.data()), value.size(),
-             impl_->options().timeout);
+             check.timeout(timeout));
 }
 
 Store::Bytes Store::get(const std::string& key, std::optional<std::chrono::milliseconds> timeout) {
@@ -151,11 +153,13 @@ std::int64_t Store::add(const std::string& key, std::int64_t delta) {
   return impl_->add(key, delta, impl_->options().timeout);
 }
 
-bool Store::check(const std::vector<std::string>& keys) {
+bool Store::check(const std::vector<std::string>& keys,
+                  std::optional<std::chrono::milliseconds> timeout) {
   const Checker check(impl_.get(), "store.check");
   check.keys(keys);
+  const auto t = check.timeout(timeout);
   if (keys.empty()) return true;
-  return impl_->check(keys, impl_->options().timeout);
+  return impl_->check(keys, t);
 }
 
 void Store::wait(const std::vector<std::string>& keys,

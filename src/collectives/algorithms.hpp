@@ -11,6 +11,7 @@
 
 #include "anview/collectives.hpp"
 #include "anview/types.hpp"
+#include "collectives/watchdog.hpp"
 #include "p2p/messenger.hpp"
 
 namespace anview::collectives {
@@ -31,6 +32,9 @@ struct Call {
   std::vector<p2p::RequestPtr>& posted;
   std::vector<char>& scratch;
   std::size_t chunk_bytes;  // pipelining unit of the ring's reduce steps
+  // The hang doctor (null: none) and how long a step waits before it is told (zero: never).
+  StallReporter* reporter = nullptr;
+  std::chrono::milliseconds watchdog{0};
 
   // A subgroup's call (the steps of hierarchical algorithms): `rank` and `size` are positions
   // in `group`, which holds the communicator's ranks it addresses; null: the whole of it.

@@ -23,22 +23,25 @@ const base::Setting chunk_setting(
 Collectives::Collectives(p2p::Messenger& messenger)
     : messenger_(messenger),
       forced_(read_forced()),
-      chunk_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(chunk_setting.as_int(), 4096))) {
-}
+      chunk_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(chunk_setting.as_int(), 4096))),
+      watchdog_(watchdog_interval()) {}
 
 Call Collectives::begin(const char* name) {
   const std::uint64_t seq = ++sequence_;
   posted_.clear();
-  return Call{messenger_,
-              messenger_.rank(),
-              messenger_.size(),
-              Tag{reserved_tags + (seq & ((std::uint64_t{1} << 62) - 1))},
-              messenger_.default_timeout(),
-              name,
-              seq,
-              posted_,
-              scratch_,
-              chunk_bytes_};
+  Call call{messenger_,
+            messenger_.rank(),
+            messenger_.size(),
+            Tag{reserved_tags + (seq & ((std::uint64_t{1} << 62) - 1))},
+            messenger_.default_timeout(),
+            name,
+            seq,
+            posted_,
+            scratch_,
+            chunk_bytes_};
+  call.reporter = reporter_;
+  call.watchdog = watchdog_;
+  return call;
 }
 
 void Collectives::usage(const Call& call, const std::string& cause) const {

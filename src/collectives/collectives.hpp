@@ -26,8 +26,12 @@ namespace anview::collectives {
 
 class Collectives {
  public:
-  // Reads ANVIEW_ALGO and ANVIEW_COLL_CHUNK once, here.
+  // Reads ANVIEW_ALGO, ANVIEW_COLL_CHUNK and ANVIEW_WATCHDOG once, here.
   explicit Collectives(p2p::Messenger& messenger);
+
+  // The hang doctor every call's steps report long waits to (watchdog.hpp); set before the
+  // first call, must outlive this object.
+  void set_stall_reporter(StallReporter* reporter) { reporter_ = reporter; }
 
   void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
   void broadcast(void* data, std::size_t count, DataType type, int root);
@@ -134,9 +138,11 @@ class Collectives {
   mutable PeerMemories peer_memories_;
   mutable SharedAreas shared_areas_;
   std::atomic<int> agreed_placement_{-1};
-  HostLayout layout_;               // set with the agreed placement (before it is published)
-  std::uint64_t shared_calls_ = 0;  // numbers the shared-memory calls (shared.hpp)
-  std::size_t chunk_bytes_;         // ANVIEW_COLL_CHUNK
+  HostLayout layout_;                   // set with the agreed placement (before it is published)
+  std::uint64_t shared_calls_ = 0;      // numbers the shared-memory calls (shared.hpp)
+  std::size_t chunk_bytes_;             // ANVIEW_COLL_CHUNK
+  std::chrono::milliseconds watchdog_;  // ANVIEW_WATCHDOG
+  StallReporter* reporter_ = nullptr;
   // The measured costs, agreed by all ranks; read by algorithm() from any thread.
   mutable std::mutex model_mu_;
   std::optional<CostModel> model_;  // written only by the collectives' thread

@@ -145,6 +145,7 @@ class Slots {
     if (published(peer)) return;
     const auto start = base::Clock::now();
     auto next_check = start;
+    StallClock stall(call_, start);
     for (unsigned round = 0;; ++round) {
       for (int i = 0; i < 64; ++i) {
         if (published(peer)) return;
@@ -172,6 +173,8 @@ class Slots {
                               std::to_string(call_.timeout.count()) +
                               " ms (same-host collective #" + std::to_string(seq_) + ")"});
       }
+      stall.check(call_.world(peer),
+                  [] { return std::string("its part of the call has not arrived"); });
       if (waited > std::chrono::milliseconds(2))
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       else if (areas_.crowded || waited > std::chrono::microseconds(50))

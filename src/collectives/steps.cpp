@@ -19,7 +19,9 @@ constexpr auto failure_check = std::chrono::milliseconds(200);
 }  // namespace
 
 void wait(Call& call, const RequestPtr& request) {
-  const auto deadline = base::Clock::now() + call.timeout;
+  const auto start = base::Clock::now();
+  const auto deadline = start + call.timeout;
+  StallClock stall(call, start);
   for (;;) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - base::Clock::now());
@@ -32,7 +34,10 @@ void wait(Call& call, const RequestPtr& request) {
         call.messenger.abandon(*request, *failure);
         rethrow(call, *failure);
       }
-      if (base::Clock::now() < deadline) continue;
+      if (base::Clock::now() < deadline) {
+        stall.check(request->peer, [&] { return call.messenger.describe_request(*request); });
+        continue;
+      }
       const Error timeout(
           ErrorKind::timeout,
           {.rank = call.world(call.rank),

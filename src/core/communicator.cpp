@@ -58,7 +58,9 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
       .host_id = bootstrap::host_id(),
       .timeout = timeout};
   messenger_ = std::make_shared<p2p::Messenger>(config);
+  doctor_ = std::make_unique<HangDoctor>(store_, prefix_, rank, size);
   collectives_ = std::make_unique<collectives::Collectives>(*messenger_);
+  collectives_->set_stall_reporter(doctor_.get());
   const auto peers =
       exchange_peer_info(store_, options.store_prefix, messenger_->self_info(), size, timeout);
   messenger_->connect(peers);

@@ -10,6 +10,7 @@
 #include "anview/communicator.hpp"
 #include "collectives/collectives.hpp"
 #include "core/collective_worker.hpp"
+#include "core/hang_doctor.hpp"
 #include "p2p/messenger.hpp"
 
 namespace anview::detail {
@@ -40,6 +41,7 @@ class CommunicatorImpl {
   std::string prefix_;
   std::uint64_t splits_ = 0;
   std::shared_ptr<p2p::Messenger> messenger_;
+  std::unique_ptr<HangDoctor> doctor_;  // before collectives_, which reports to it
   std::unique_ptr<collectives::Collectives> collectives_;
   std::mutex worker_mu_;
   std::unique_ptr<CollectiveWorker> worker_;  // destroyed before collectives_

@@ -251,3 +251,41 @@ TEST(MultiprocKill, TcpWhileTheOnlyStreamIsPaused) {
 }
 
 }  // namespace
+
+namespace {
+
+// SIGSTOP one rank of a 4-rank allreduce loop (coll_stall): within the watchdog interval the
+// other ranks' hang doctor logs the call and names the stopped rank as not in it; after
+// SIGCONT the job completes.
+void stall_one_rank(const std::vector<std::string>& env) {
+  TempDir dir;
+  std::vector<std::string> all_env = {"ANVIEW_WATCHDOG=400ms", "ANVIEW_LOG_LEVEL=warn"};
+  all_env.insert(all_env.end(), env.begin(), env.end());
+  const RunResult r = run({ANVIEW_RUN_PATH, "-n", "4", "--timeout", "60", ANVIEW_P2P_CHECK_PATH,
+                           "coll_stall", "--result-dir", dir.path().string()},
+                          all_env, dir.path(), std::chrono::seconds(80));
+  SCOPED_TRACE("anview-run exit code " + std::to_string(r.exit_code) + "\n--- stdout ---\n" +
+               r.out + "--- stderr ---\n" + r.err);
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("anview_p2p_check coll_stall: OK"), std::string::npos);
+  // Every running rank reported the stalled allreduce, and some report saw the whole picture:
+  // the three others in it, rank 3 not.
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string prefix =
+        "[anview rank " + std::to_string(rank) + "] warn: hang doctor: allreduce #";
+    EXPECT_NE(r.err.find(prefix), std::string::npos) << "rank " << rank << " reported nothing";
+  }
+  EXPECT_NE(r.err.find("In allreduce #"), std::string::npos);
+  EXPECT_NE(r.err.find("waiting: ranks 0, 1, 2. Not in it: rank 3 (it has not reached allreduce #"),
+            std::string::npos);
+  EXPECT_NE(r.err.find("goes on"), std::string::npos) << "no rank said its call went on";
+}
+
+TEST(MultiprocStall, HangDoctorNamesTheStoppedRank) {
+  stall_one_rank({});
+}
+TEST(MultiprocStall, HangDoctorNamesTheStoppedRankTcp) {
+  stall_one_rank(tcp_only);
+}
+
+}  // namespace

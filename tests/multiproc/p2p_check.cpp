@@ -1933,13 +1933,53 @@ std::string idle(Job& job) {
   return me == 0 ? std::string("rank 1 slept while waiting and woke at once") : summary;
 }
 
+// coll_stall: the last rank stops itself (SIGSTOP) between two allreduces of a loop; rank 0
+// continues it (SIGCONT) 2 s later from a helper thread while its own allreduce is stuck. The
+// others' hang doctor (ANVIEW_WATCHDOG, set by the test) must name the stopped rank in the
+// log meanwhile (multiproc_test reads it); then the loop completes with the right sums.
+std::string coll_stall(Job& job) {
+  const int me = job.rank();
+  const int n = job.size();
+  const int victim = n - 1;
+  if (me == victim) job.store().set("check/coll_stall/pid", std::to_string(::getpid()));
+  job.barrier(n);
+  std::thread waker;
+  if (me == 0) {
+    const long pid = std::stol(job.store().get_string("check/coll_stall/pid"));
+    waker = std::thread([pid] {
+      const auto deadline = Clock::now() + 20s;
+      while (!is_stopped(pid) && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(2s);
+      ::kill(static_cast<pid_t>(pid), SIGCONT);
+    });
+  }
+  constexpr int rounds = 100;
+  for (int i = 0; i < rounds; ++i) {
+    if (me == victim && i == rounds / 2) ::raise(SIGSTOP);
+    std::int64_t value = me + i;
+    job.comm().allreduce(&value, 1, anview::DataType::int64, anview::ReduceOp::sum);
+    require(value == static_cast<std::int64_t>(n) * (n - 1) / 2 + static_cast<std::int64_t>(n) * i,
+            "allreduce ", i, " gave ", value);
+  }
+  if (waker.joinable()) waker.join();
+  job.leave(n);
+  return cat(rounds, " allreduces, rank ", victim, " stopped for 2 s in the middle");
+}
+
 const std::map<std::string, std::string (*)(Job&)> scenarios = {
-    {"stress", stress},       {"wildcards", wildcards},
-    {"ordering", ordering},   {"outstanding", outstanding},
-    {"timeout", timeout},     {"kill", kill_rank},
-    {"stop", stop},           {"garbage", garbage},
-    {"version", version},     {"idle", idle},
-    {"coll_kill", coll_kill}, {"coll_direct", coll_direct},
+    {"stress", stress},
+    {"wildcards", wildcards},
+    {"ordering", ordering},
+    {"outstanding", outstanding},
+    {"timeout", timeout},
+    {"kill", kill_rank},
+    {"stop", stop},
+    {"garbage", garbage},
+    {"version", version},
+    {"idle", idle},
+    {"coll_kill", coll_kill},
+    {"coll_direct", coll_direct},
+    {"coll_stall", coll_stall},
 };
 
 int usage(const std::string& why) {

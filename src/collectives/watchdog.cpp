@@ -1,0 +1,41 @@
+#include "collectives/watchdog.hpp"
+
+#include "base/config.hpp"
+#include "collectives/algorithms.hpp"
+
+namespace anview::collectives {
+namespace {
+
+const base::Setting watchdog_setting(
+    "collectives", "ANVIEW_WATCHDOG", "60s",
+    "When a collective has waited this long for a peer, the ranks compare notes through the "
+    "store and log who is stuck (0: off)");
+
+}  // namespace
+
+std::chrono::milliseconds watchdog_interval() {
+  return watchdog_setting.as_duration();
+}
+
+StallClock::StallClock(const Call& call, base::Clock::time_point start)
+    : call_(call),
+      start_(start),
+      next_(start_ + call.watchdog),
+      armed_(call.reporter != nullptr && call.watchdog.count() > 0) {}
+
+StallClock::~StallClock() {
+  if (reported_) call_.reporter->resumed(call_);
+}
+
+void StallClock::check(int peer, const std::function<std::string()>& waiting_for) {
+  if (!armed_) return;
+  const auto now = base::Clock::now();
+  if (now < next_) return;
+  next_ = now + call_.watchdog;
+  reported_ = true;
+  call_.reporter->stalled(call_,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(now - start_), peer,
+                          waiting_for());
+}
+
+}  // namespace anview::collectives
