@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace anview {
@@ -27,5 +28,8 @@ enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg, band, bor, bxor }
 std::size_t size_of(DataType type);
 std::string_view name_of(DataType type);
 std::string_view name_of(ReduceOp op);
+// The inverse of name_of ("bfloat16" -> DataType::bfloat16); nullopt for an unknown name.
+std::optional<DataType> data_type_named(std::string_view name);
+std::optional<ReduceOp> reduce_op_named(std::string_view name);
 
 }  // namespace anview

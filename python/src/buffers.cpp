@@ -1,18 +1,9 @@
 #include "buffers.hpp"
 
-#include <array>
 #include <utility>
 
 namespace anview::python {
 namespace {
-
-constexpr std::array<DataType, 10> all_types{
-    DataType::int8,   DataType::uint8,   DataType::int32,    DataType::uint32,  DataType::int64,
-    DataType::uint64, DataType::float16, DataType::bfloat16, DataType::float32, DataType::float64};
-
-constexpr std::array<ReduceOp, 8> all_ops{ReduceOp::sum, ReduceOp::prod, ReduceOp::min,
-                                          ReduceOp::max, ReduceOp::avg,  ReduceOp::band,
-                                          ReduceOp::bor, ReduceOp::bxor};
 
 // The element type a struct-module format character names ('<f', '=i', 'e', ...).
 std::optional<DataType> type_of_format(std::string format, std::size_t item_size) {
@@ -48,8 +39,7 @@ void usage_error(const char* operation, int rank, std::string cause) {
 }
 
 DataType parse_dtype(const std::string& name, const char* operation, int rank) {
-  for (DataType t : all_types)
-    if (name_of(t) == name) return t;
+  if (const auto type = data_type_named(name)) return *type;
   usage_error(operation, rank,
               "unknown dtype '" + name +
                   "' (int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, "
@@ -57,8 +47,7 @@ DataType parse_dtype(const std::string& name, const char* operation, int rank) {
 }
 
 ReduceOp parse_op(const std::string& name, const char* operation, int rank) {
-  for (ReduceOp op : all_ops)
-    if (name_of(op) == name) return op;
+  if (const auto op = reduce_op_named(name)) return *op;
   usage_error(operation, rank,
               "unknown reduction '" + name + "' (sum, prod, min, max, avg, band, bor, bxor)");
 }

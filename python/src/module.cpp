@@ -70,10 +70,7 @@ class PyCommunicator {
 
   void expect_count(const HeldBuffer& b, std::size_t count, DataType type, const char* op,
                     const char* what) {
-    if (b.type != type)
-      usage_error(op, rank(),
-                  std::string(what) + " holds " + std::string(name_of(b.type)) +
-                      ", the send buffer " + std::string(name_of(type)));
+    expect_type(b, type, op, what);
     if (b.count != count)
       usage_error(op, rank(),
                   std::string(what) + " holds " + std::to_string(b.count) + " elements; " +

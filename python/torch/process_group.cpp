@@ -16,11 +16,12 @@ std::chrono::milliseconds option_timeout(std::chrono::milliseconds t) {
   return t == c10d::kUnsetTimeout ? std::chrono::milliseconds(0) : t;
 }
 
-// A contiguous stand-in for `t`, written back into it by `finish` when it had to be a copy.
+// A contiguous stand-in for `t` (itself when contiguous), written back into it after the
+// operation when it had to be a copy.
 struct Staged {
   at::Tensor original;
   at::Tensor buffer;
-  explicit Staged(const at::Tensor& t) : original(t), buffer(contiguous(t)) {}
+  explicit Staged(const at::Tensor& t) : original(t), buffer(t.contiguous()) {}
   void write_back() const {
     if (!buffer.is_same(original)) original.copy_(buffer);
   }
@@ -169,7 +170,7 @@ ProcessGroupAnview::WorkPtr ProcessGroupAnview::allgather(std::vector<Tensors>& 
     refuse("all_gather", getRank(), "the output list must hold one tensor per rank");
   check_same(outputs[0], in, "all_gather", getRank());
   const DataType type = element_type(in, "all_gather", getRank());
-  at::Tensor send = contiguous(in);
+  at::Tensor send = in.contiguous();
   at::Tensor flat = at::empty({in.numel() * getSize()}, in.options());
   Tensors outs = outputs[0];
   return launch(
@@ -188,7 +189,7 @@ ProcessGroupAnview::WorkPtr ProcessGroupAnview::_allgather_base(
            "the output must hold " + std::to_string(getSize()) + " times the input's " +
                std::to_string(input.numel()) + " elements of its type; it holds " +
                std::to_string(output.numel()));
-  at::Tensor send = contiguous(input);
+  at::Tensor send = input.contiguous();
   Staged out(output);
   return launch(
       {OpType::_ALLGATHER_BASE,
@@ -244,7 +245,7 @@ ProcessGroupAnview::WorkPtr ProcessGroupAnview::gather(std::vector<Tensors>& out
   } else if (!outputs.empty() && !outputs[0].empty()) {
     refuse("gather", getRank(), "only the root passes output tensors");
   }
-  at::Tensor send = contiguous(in);
+  at::Tensor send = in.contiguous();
   at::Tensor flat = at::empty({getRank() == root ? in.numel() * getSize() : 0}, in.options());
   const auto counts = equal_counts(getSize(), count_of(in));
   return launch(
@@ -314,7 +315,7 @@ ProcessGroupAnview::WorkPtr ProcessGroupAnview::_reduce_scatter_base(
                std::to_string(input.numel()));
   const DataType type = element_type(output, "reduce_scatter_tensor", getRank());
   const ReduceOp op = reduce_op(opts.reduceOp, output, "reduce_scatter_tensor", getRank());
-  at::Tensor send = contiguous(input);
+  at::Tensor send = input.contiguous();
   Staged recv(output);
   return launch(
       {OpType::_REDUCE_SCATTER_BASE,
@@ -339,7 +340,7 @@ ProcessGroupAnview::WorkPtr ProcessGroupAnview::alltoall_base(at::Tensor& output
   const DataType type = element_type(input, "all_to_all_single", getRank());
   const auto send_counts = split_counts(input, input_splits, getSize(), "input", getRank());
   const auto recv_counts = split_counts(output, output_splits, getSize(), "output", getRank());
-  at::Tensor send = contiguous(input);
+  at::Tensor send = input.contiguous();
   Staged recv(output);
   return launch(
       {OpType::ALLTOALL_BASE,
@@ -391,7 +392,7 @@ ProcessGroupAnview::WorkPtr ProcessGroupAnview::barrier(const c10d::BarrierOptio
 ProcessGroupAnview::WorkPtr ProcessGroupAnview::send(Tensors& tensors, int dst, int tag) {
   const at::Tensor& t = single(tensors, "send", getRank());
   if (tag < 0) refuse("send", getRank(), "negative tag " + std::to_string(tag));
-  at::Tensor buffer = contiguous(t);
+  at::Tensor buffer = t.contiguous();
   const std::size_t bytes = buffer.nbytes();
   return launch({OpType::SEND, "anview:send", {}, {t}, {buffer}, /*point_to_point=*/true}, [&] {
     return comm_.isend(buffer.data_ptr(), bytes, dst, Tag{static_cast<std::uint64_t>(tag)});

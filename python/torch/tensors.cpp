@@ -98,10 +98,6 @@ void check_same(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
   }
 }
 
-at::Tensor contiguous(const at::Tensor& tensor) {
-  return tensor.contiguous();
-}
-
 at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> flat;
   flat.reserve(tensors.size());

@@ -30,8 +30,6 @@ void check_cpu_dense(const at::Tensor& tensor, const char* operation, int rank);
 void check_same(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
                 const char* operation, int rank);
 
-// `tensor` itself when contiguous, else a contiguous copy (written back after the operation).
-at::Tensor contiguous(const at::Tensor& tensor);
 // The tensors one after another in one contiguous 1-D tensor, and back.
 at::Tensor flatten(const std::vector<at::Tensor>& tensors);
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors);

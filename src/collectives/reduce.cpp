@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
+#include <optional>
 
 #include "anview/error.hpp"
 #include "base/config.hpp"
@@ -31,19 +32,37 @@ std::size_t size_of(DataType type) {
   return 0;
 }
 
+namespace {
+
+constexpr std::string_view type_names[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
+                                           "uint64", "float16", "bfloat16", "float32", "float64"};
+constexpr std::string_view op_names[] = {"sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
+
+template <typename Enum, std::size_t N>
+std::optional<Enum> lookup(const std::string_view (&names)[N], std::string_view name) {
+  for (std::size_t i = 0; i < N; ++i)
+    if (names[i] == name) return static_cast<Enum>(i);
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::string_view name_of(DataType type) {
-  static constexpr std::string_view names[] = {"int8",    "uint8",  "int32",   "uint32",
-                                               "int64",   "uint64", "float16", "bfloat16",
-                                               "float32", "float64"};
   const auto i = static_cast<std::size_t>(type);
-  return i < std::size(names) ? names[i] : "unknown";
+  return i < std::size(type_names) ? type_names[i] : "unknown";
 }
 
 std::string_view name_of(ReduceOp op) {
-  static constexpr std::string_view names[] = {"sum", "prod", "min", "max",
-                                               "avg", "band", "bor", "bxor"};
   const auto i = static_cast<std::size_t>(op);
-  return i < std::size(names) ? names[i] : "unknown";
+  return i < std::size(op_names) ? op_names[i] : "unknown";
+}
+
+std::optional<DataType> data_type_named(std::string_view name) {
+  return lookup<DataType>(type_names, name);
+}
+
+std::optional<ReduceOp> reduce_op_named(std::string_view name) {
+  return lookup<ReduceOp>(op_names, name);
 }
 
 }  // namespace anview

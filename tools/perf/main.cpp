@@ -246,15 +246,12 @@ int main(int argc, char** argv) {
                                 .check = o.check,
                                 .in_place = o.in_place,
                                 .json = o.json};
-      bool type_ok = false, op_ok = false;
-      for (int t = 0; t <= static_cast<int>(anview::DataType::float64); ++t)
-        if (anview::name_of(static_cast<anview::DataType>(t)) == o.dtype)
-          c.type = static_cast<anview::DataType>(t), type_ok = true;
-      for (int t = 0; t <= static_cast<int>(anview::ReduceOp::bxor); ++t)
-        if (anview::name_of(static_cast<anview::ReduceOp>(t)) == o.redop)
-          c.redop = static_cast<anview::ReduceOp>(t), op_ok = true;
-      if (!type_ok) throw std::runtime_error("unknown -d " + o.dtype);
-      if (!op_ok) throw std::runtime_error("unknown -o " + o.redop);
+      const auto type = anview::data_type_named(o.dtype);
+      const auto redop = anview::reduce_op_named(o.redop);
+      if (!type) throw std::runtime_error("unknown -d " + o.dtype);
+      if (!redop) throw std::runtime_error("unknown -o " + o.redop);
+      c.type = *type;
+      c.redop = *redop;
       if (o.in_place && o.op != "allreduce" && o.op != "allgather")
         throw std::runtime_error("--inplace applies to allreduce and allgather only");
       if (o.op != "all") return perf::run_collective(comm, c) == 0 ? 0 : 1;
