@@ -6,6 +6,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   iproute2 procps
+  # anview-perf --plot draws with gnuplot (its test skips without it)
+  gnuplot-nox
   # the Python package and the PyTorch backend (python/), their tests and benchmark
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch libtorch-dev
 )

@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "sweep.hpp"
 
 namespace perf {
 namespace {
@@ -191,7 +194,8 @@ bool is_collective(const std::string& op) {
   return std::find(std::begin(collectives), std::end(collectives), op) != std::end(collectives);
 }
 
-long run_collective(anview::Communicator& comm, const CollectiveOptions& o) {
+long run_collective(anview::Communicator& comm, const CollectiveOptions& o, Progress& progress,
+                    std::vector<PlotPoint>& points) {
   const int n = comm.size();
   const std::string transport = n > 1 ? comm.transport_name(comm.rank() == 0 ? 1 : 0) : "self";
   if (comm.rank() == 0 && !o.json) {
@@ -203,13 +207,23 @@ long run_collective(anview::Communicator& comm, const CollectiveOptions& o) {
   }
   long total_wrong = 0;
   const std::size_t esize = anview::size_of(o.type);
-  for (std::size_t bytes = std::max(o.min_bytes, esize); bytes <= o.max_bytes;) {
+  const auto sizes = sweep_sizes(std::max(o.min_bytes, esize), o.max_bytes, o.factor);
+  progress.start(o.op, sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const std::size_t bytes = sizes[i];
+    progress.measuring(i, bytes);
     const Sample s = measure(comm, o, bytes);
     total_wrong += s.wrong;
     const double algbw = static_cast<double>(bytes) / (s.time_us * 1e3);
     const double busbw = algbw * bus_factor(o.op, n);
     const std::string algo = comm.collective_algorithm(o.op, bytes);
     if (comm.rank() == 0) {
+      progress.clear();
+      // A barrier moves no data: it has a time but no bandwidth to draw.
+      const double drawn_busbw =
+          o.op == "barrier" ? std::numeric_limits<double>::quiet_NaN() : busbw;
+      points.push_back(
+          {.op = o.op, .bytes = bytes, .bandwidth_gbs = drawn_busbw, .latency_us = s.time_us});
       const std::string redop(anview::name_of(o.redop));
       if (o.json) {
         nlohmann::json j{{"op", o.op},
@@ -235,9 +249,8 @@ long run_collective(anview::Communicator& comm, const CollectiveOptions& o) {
       }
       std::fflush(stdout);
     }
-    const auto next = static_cast<std::size_t>(static_cast<double>(bytes) * o.factor);
-    bytes = std::max(next, bytes + 1);
   }
+  progress.clear();
   return total_wrong;
 }
 

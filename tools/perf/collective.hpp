@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "anview/anview.hpp"
+#include "plot.hpp"
+#include "progress.hpp"
 
 namespace perf {
 
@@ -27,7 +29,9 @@ struct CollectiveOptions {
 bool is_collective(const std::string& op);
 // Every collective anview-perf measures, in the order `all` runs them.
 const std::vector<const char*>& collective_names();
-// Runs the sweep on every rank; rank 0 prints. Returns the number of wrong results.
-long run_collective(anview::Communicator& comm, const CollectiveOptions& o);
+// Runs the sweep on every rank; rank 0 prints, shows `progress` and appends each result line to
+// `points`. Returns the number of wrong results.
+long run_collective(anview::Communicator& comm, const CollectiveOptions& o, Progress& progress,
+                    std::vector<PlotPoint>& points);
 
 }  // namespace perf

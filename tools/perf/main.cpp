@@ -8,6 +8,9 @@
 //   allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall, barrier: nccl-tests
 //             columns (size, count, type, redop, root, algo, time_us, algbw, busbw, #wrong)
 //
+// On a terminal, rank 0 shows a progress bar on stderr (progress.cpp); --plot FILE.png draws
+// bandwidth and latency against the size with gnuplot (plot.cpp).
+//
 // Run under a launcher: anview-run -n 2 anview-perf pingpong -b 8 -e 16M --json
 #include <algorithm>
 #include <chrono>
@@ -24,6 +27,9 @@
 #include "anview/anview.hpp"
 #include "base/config.hpp"
 #include "collective.hpp"
+#include "plot.hpp"
+#include "progress.hpp"
+#include "sweep.hpp"
 
 namespace {
 
@@ -44,6 +50,7 @@ struct Options {
   std::string dtype = "float32";
   std::string redop = "sum";
   int root = 0;
+  std::string plot;  // --plot: the PNG to draw
 };
 
 struct Result {
@@ -187,15 +194,71 @@ Result bandwidth(anview::Communicator& comm, std::size_t bytes, const Options& o
   return r;
 }
 
-std::string human(std::size_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  int u = 0;
-  std::size_t v = bytes;
-  while (u < 3 && v >= 1024 && v % 1024 == 0) {
-    v /= 1024;
-    ++u;
+// pingpong or bw between ranks 0 and 1 (other ranks idle); rank 0 prints, shows `progress` and
+// appends each result line to `points`. Returns the number of wrong payloads.
+long run_point_to_point(anview::Communicator& comm, const Options& o, std::size_t min_bytes,
+                        std::size_t max_bytes, perf::Progress& progress,
+                        std::vector<perf::PlotPoint>& points) {
+  if (comm.rank() > 1) return 0;
+  const std::string transport = comm.transport_name(1 - comm.rank());
+  if (comm.rank() == 0 && !o.json) {
+    std::printf("# anview-perf %s, ranks 0<->1 over %s (%s)\n", o.op.c_str(), transport.c_str(),
+                comm.describe_peer(1).c_str());
+    std::printf("%12s %10s %12s %12s %12s %10s %8s\n", "bytes", "iters", "lat_us_p50", "lat_us_p99",
+                "lat_us_avg", "GB/s", "wrong");
   }
-  return std::to_string(v) + " " + units[u];
+  long total_wrong = 0;
+  const auto sizes = perf::sweep_sizes(min_bytes, max_bytes, o.factor);
+  progress.start(o.op, sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const std::size_t bytes = sizes[i];
+    progress.measuring(i, bytes);
+    Result r = o.op == "pingpong" ? pingpong(comm, bytes, o) : bandwidth(comm, bytes, o);
+    // The receiver counts bad payloads; rank 0 reports them.
+    long wrong = r.wrong;
+    if (comm.rank() == 1)
+      comm.send(&wrong, sizeof wrong, 0, sync_tag);
+    else {
+      long remote = 0;
+      comm.recv(&remote, sizeof remote, 1, sync_tag);
+      wrong += remote;
+    }
+    total_wrong += wrong;
+    if (comm.rank() == 0) {
+      progress.clear();
+      points.push_back({.op = o.op, .bytes = bytes, .bandwidth_gbs = r.gbs, .latency_us = r.p50});
+      if (o.json) {
+        nlohmann::json j{{"op", o.op},          {"bytes", bytes},      {"transport", transport},
+                         {"iters", r.iters},    {"lat_us_p50", r.p50}, {"lat_us_p99", r.p99},
+                         {"lat_us_avg", r.avg}, {"bw_gbs", r.gbs},     {"wrong", wrong},
+                         {"check", o.check}};
+        std::printf("%s\n", j.dump().c_str());
+      } else {
+        std::printf("%12s %10ld %12.2f %12.2f %12.2f %10.3f %8ld\n",
+                    perf::human_size(bytes).c_str(), r.iters, r.p50, r.p99, r.avg, r.gbs, wrong);
+      }
+      std::fflush(stdout);
+    }
+  }
+  progress.clear();
+  return total_wrong;
+}
+
+// Rank 0 checks the --plot path before the sweep and tells the others; false: it is unusable
+// (rank 0 has said why).
+bool plot_path_usable(anview::Communicator& comm, const std::string& path) {
+  if (path.empty()) return true;
+  std::int32_t usable = 1;
+  if (comm.rank() == 0) {
+    try {
+      perf::check_plot_path(path);
+    } catch (const std::exception& e) {
+      std::cerr << "anview-perf: " << e.what() << "\n";
+      usable = 0;
+    }
+  }
+  comm.broadcast(&usable, 1, anview::DataType::int32, 0);
+  return usable != 0;
 }
 
 }  // namespace
@@ -223,6 +286,9 @@ int main(int argc, char** argv) {
   app.add_flag("--check", o.check, "fill and verify every payload");
   app.add_flag("--json", o.json, "rank 0 prints one JSON object per size");
   app.add_flag("--inplace", o.in_place, "allreduce, allgather: receive into the send buffer");
+  app.add_option("--plot", o.plot,
+                 "rank 0 draws bandwidth and latency against the size into this PNG (gnuplot)")
+      ->type_name("FILE.png");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -235,6 +301,14 @@ int main(int argc, char** argv) {
     const auto max_bytes = static_cast<std::size_t>(anview::base::parse_size(o.max_size, "-e"));
     if (o.factor <= 1.0) throw std::runtime_error("-f must be > 1");
     auto comm = anview::Communicator::from_env();
+    if (!plot_path_usable(comm, o.plot)) return 2;
+    perf::Progress progress(comm.rank() == 0 && !o.json);
+    std::vector<perf::PlotPoint> points;
+    perf::PlotLabels labels{
+        .title = "anview-perf " + o.op + ", " + std::to_string(comm.size()) + " ranks",
+        .bandwidth = "busbw (GB/s)",
+        .latency = "latency (µs, time_us)"};
+    long wrong = 0;
     if (perf::is_collective(o.op) || o.op == "all") {
       perf::CollectiveOptions c{.op = o.op,
                                 .min_bytes = min_bytes,
@@ -254,59 +328,31 @@ int main(int argc, char** argv) {
       c.redop = *redop;
       if (o.in_place && o.op != "allreduce" && o.op != "allgather")
         throw std::runtime_error("--inplace applies to allreduce and allgather only");
-      if (o.op != "all") return perf::run_collective(comm, c) == 0 ? 0 : 1;
-      long wrong = 0;
-      for (const char* op : perf::collective_names()) {
-        c.op = op;
-        wrong += perf::run_collective(comm, c);
-        if (comm.rank() == 0 && !o.json) std::printf("\n");
-      }
-      return wrong == 0 ? 0 : 1;
-    }
-    if (comm.size() < 2) {
-      std::cerr << "anview-perf: needs at least 2 ranks (e.g. anview-run -n 2 anview-perf " << o.op
-                << ")\n";
-      return 2;
-    }
-    long total_wrong = 0;
-    if (comm.rank() <= 1) {
-      const std::string transport = comm.transport_name(1 - comm.rank());
-      if (comm.rank() == 0 && !o.json) {
-        std::printf("# anview-perf %s, ranks 0<->1 over %s (%s)\n", o.op.c_str(), transport.c_str(),
-                    comm.describe_peer(1).c_str());
-        std::printf("%12s %10s %12s %12s %12s %10s %8s\n", "bytes", "iters", "lat_us_p50",
-                    "lat_us_p99", "lat_us_avg", "GB/s", "wrong");
-      }
-      for (std::size_t bytes = min_bytes; bytes <= max_bytes;) {
-        Result r = o.op == "pingpong" ? pingpong(comm, bytes, o) : bandwidth(comm, bytes, o);
-        // The receiver counts bad payloads; rank 0 reports them.
-        long wrong = r.wrong;
-        if (comm.rank() == 1)
-          comm.send(&wrong, sizeof wrong, 0, sync_tag);
-        else {
-          long remote = 0;
-          comm.recv(&remote, sizeof remote, 1, sync_tag);
-          wrong += remote;
+      if (o.op != "all") {
+        wrong = perf::run_collective(comm, c, progress, points);
+      } else {
+        const auto& ops = perf::collective_names();
+        for (std::size_t i = 0; i < ops.size(); ++i) {
+          c.op = ops[i];
+          progress.set_op_index(i + 1, ops.size());
+          wrong += perf::run_collective(comm, c, progress, points);
+          if (comm.rank() == 0 && !o.json) std::printf("\n");
         }
-        total_wrong += wrong;
-        if (comm.rank() == 0) {
-          if (o.json) {
-            nlohmann::json j{{"op", o.op},          {"bytes", bytes},      {"transport", transport},
-                             {"iters", r.iters},    {"lat_us_p50", r.p50}, {"lat_us_p99", r.p99},
-                             {"lat_us_avg", r.avg}, {"bw_gbs", r.gbs},     {"wrong", wrong},
-                             {"check", o.check}};
-            std::printf("%s\n", j.dump().c_str());
-          } else {
-            std::printf("%12s %10ld %12.2f %12.2f %12.2f %10.3f %8ld\n", human(bytes).c_str(),
-                        r.iters, r.p50, r.p99, r.avg, r.gbs, wrong);
-          }
-          std::fflush(stdout);
-        }
-        const auto next = static_cast<std::size_t>(static_cast<double>(bytes) * o.factor);
-        bytes = bytes == 0 ? 1 : std::max(next, bytes + 1);
       }
+    } else {
+      if (comm.size() < 2) {
+        std::cerr << "anview-perf: needs at least 2 ranks (e.g. anview-run -n 2 anview-perf "
+                  << o.op << ")\n";
+        return 2;
+      }
+      wrong = run_point_to_point(comm, o, min_bytes, max_bytes, progress, points);
+      labels = {.title = "anview-perf " + o.op + ", ranks 0<->1",
+                .bandwidth = "bandwidth (GB/s)",
+                .latency = "latency (µs, p50)"};
     }
-    return total_wrong == 0 ? 0 : 1;
+    // After the results are out: a missing or failing gnuplot still fails the run.
+    if (!o.plot.empty() && comm.rank() == 0) perf::plot(points, labels, o.plot);
+    return wrong == 0 ? 0 : 1;
   } catch (const anview::Error& e) {
     std::cerr << "anview-perf: " << e.what() << "\n";
     return 1;
