@@ -166,6 +166,13 @@ class Communicator {
   // collective: the first call that needs the costs measures them.
   std::string explain_collective(std::string_view collective, std::size_t bytes);
 
+  // This communicator's flight recorder and state as JSON: its latest collectives (sequence
+  // number, kind, bytes, root, algorithm, start, duration, state: running, stalled with what
+  // it waits for, done, failed with the error), its pending point-to-point requests and its
+  // peers' transports and failures. The same goes into the process's dumps, written to
+  // ANVIEW_DUMP_DIR after errors and stalls and on SIGUSR1, and answered to anview-info --dump.
+  std::string dump_state() const;
+
   // Drives progress once without sleeping (for callbacks and coroutines when nothing waits).
   void progress();
 

@@ -141,21 +141,22 @@ TcpStoreServer::TcpStoreServer(const std::string& host_port, int rank) : rank_(r
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0)
     throw base::sys_error(ErrorKind::internal, context, "epoll_ctl()", errno);
   thread_ = std::thread([this] { run(); });
-  base::log(LogLevel::info, "store server listening on ", bound_.to_string());
+  base::log("store", LogLevel::info, "store server listening on ", bound_.to_string());
 }
 
 TcpStoreServer::~TcpStoreServer() {
   const std::uint64_t one = 1;
   [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
   if (thread_.joinable()) thread_.join();
-  base::log(LogLevel::info, name_, " stopped");
+  base::log("store", LogLevel::info, name_, " stopped");
 }
 
 void TcpStoreServer::run() noexcept {
   try {
     loop();
   } catch (const std::exception& e) {
-    base::log(LogLevel::error, name_, " stopped serving after an unexpected failure: ", e.what());
+    base::log("store", LogLevel::error, name_,
+              " stopped serving after an unexpected failure: ", e.what());
   }
   conns_.clear();
 }
@@ -183,8 +184,8 @@ void TcpStoreServer::loop() {
       } catch (const std::exception& e) {  // out of memory, most likely: lose one client only
         const auto again = conns_.find(token);
         if (again == conns_.end()) continue;
-        base::log(LogLevel::warn, name_, ": dropping connection from ", again->second->peer, ": ",
-                  e.what());
+        base::log("store", LogLevel::warn, name_, ": dropping connection from ",
+                  again->second->peer, ": ", e.what());
         drop(*again->second);
       }
     }
@@ -221,7 +222,8 @@ void TcpStoreServer::accept_all() {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       if (!accept_failure_logged_)
-        base::log(LogLevel::warn, name_, ": cannot accept a connection: ", base::errno_text(errno));
+        base::log("store", LogLevel::warn, name_,
+                  ": cannot accept a connection: ", base::errno_text(errno));
       accept_failure_logged_ = true;
       // Out of descriptors: give the clients time to close some instead of spinning.
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -236,12 +238,12 @@ void TcpStoreServer::accept_all() {
     ev.events = EPOLLIN;
     ev.data.u64 = conn->id;
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
-      base::log(LogLevel::warn, name_, ": epoll_ctl for ", conn->peer,
+      base::log("store", LogLevel::warn, name_, ": epoll_ctl for ", conn->peer,
                 " failed: ", base::errno_text(errno));
       continue;
     }
     conn->events = EPOLLIN;
-    base::log(LogLevel::debug, name_, ": connection from ", conn->peer);
+    base::log("store", LogLevel::debug, name_, ": connection from ", conn->peer);
     const std::uint64_t id = conn->id;
     conns_.emplace(id, std::move(conn));
   }
@@ -249,7 +251,7 @@ void TcpStoreServer::accept_all() {
 
 void TcpStoreServer::handle(Conn& c, std::uint32_t events) {
   if (events & EPOLLERR) {
-    base::log(LogLevel::debug, name_, ": socket error on connection from ", c.peer);
+    base::log("store", LogLevel::debug, name_, ": socket error on connection from ", c.peer);
     drop(c);
     return;
   }
@@ -263,8 +265,8 @@ void TcpStoreServer::handle(Conn& c, std::uint32_t events) {
   if (c.parked) {
     // The client gave up (its deadline passed) or went away.
     if (events & (EPOLLRDHUP | EPOLLHUP)) {
-      base::log(LogLevel::debug, name_, ": ", c.peer, " closed while waiting for '", c.parked_on,
-                "'");
+      base::log("store", LogLevel::debug, name_, ": ", c.peer, " closed while waiting for '",
+                c.parked_on, "'");
       drop(c);
     }
     return;
@@ -286,16 +288,17 @@ void TcpStoreServer::read_frames(Conn& c) {
       c.in.resize(have);
       if (err == EINTR) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) break;
-      base::log(LogLevel::debug, name_, ": recv from ", c.peer, ": ", base::errno_text(err));
+      base::log("store", LogLevel::debug, name_, ": recv from ", c.peer, ": ",
+                base::errno_text(err));
       drop(c);
       return;
     }
     c.in.resize(have + static_cast<std::size_t>(n));
     if (n == 0) {
       if (have == 0) {
-        base::log(LogLevel::debug, name_, ": ", c.peer, " closed its connection");
+        base::log("store", LogLevel::debug, name_, ": ", c.peer, " closed its connection");
       } else {
-        base::log(LogLevel::warn, name_, ": dropping connection from ", c.peer,
+        base::log("store", LogLevel::warn, name_, ": dropping connection from ", c.peer,
                   ": truncated frame, the peer closed after ", have, " of ",
                   c.have_header ? need : proto::request_header_bytes,
                   c.have_header ? " bytes" : " header bytes");
@@ -310,7 +313,7 @@ void TcpStoreServer::read_frames(Conn& c) {
       if (c.header.magic != proto::magic) {
         char text[16];
         std::snprintf(text, sizeof text, "0x%08x", c.header.magic);
-        base::log(LogLevel::warn, name_, ": dropping connection from ", c.peer,
+        base::log("store", LogLevel::warn, name_, ": dropping connection from ", c.peer,
                   ": not an Anview store client (magic ", text, ", expected 0x54535641 'AVST')");
         drop(c);
         return;
@@ -480,7 +483,7 @@ void TcpStoreServer::reply(Conn& c, Status status, const void* body, std::size_t
 
 void TcpStoreServer::reject(Conn& c, Status status, const std::string& why) {
   // Logged once, here; the connection then only flushes the reply and closes.
-  base::log(LogLevel::warn, name_, ": dropping connection from ", c.peer, ": ", why);
+  base::log("store", LogLevel::warn, name_, ": dropping connection from ", c.peer, ": ", why);
   c.closing = true;
   c.closing_by = base::Clock::now() + closing_grace;
   closing_.push_back(c.id);
@@ -501,7 +504,8 @@ bool TcpStoreServer::flush(Conn& c) {
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       break;
     } else {
-      base::log(LogLevel::debug, name_, ": send to ", c.peer, ": ", base::errno_text(errno));
+      base::log("store", LogLevel::debug, name_, ": send to ", c.peer, ": ",
+                base::errno_text(errno));
       drop(c);
       return false;
     }

@@ -11,6 +11,7 @@
 
 #include "anview/collectives.hpp"
 #include "anview/types.hpp"
+#include "collectives/flight_recorder.hpp"
 #include "collectives/watchdog.hpp"
 #include "p2p/messenger.hpp"
 
@@ -39,6 +40,8 @@ struct Call {
   // A subgroup's call (the steps of hierarchical algorithms): `rank` and `size` are positions
   // in `group`, which holds the communicator's ranks it addresses; null: the whole of it.
   const std::vector<int>* group = nullptr;
+  // The call's flight recorder entry (inert when the recorder is off).
+  Recording record;
 
   // The communicator's rank at position `r` of this call.
   int world(int r) const { return group != nullptr ? (*group)[static_cast<std::size_t>(r)] : r; }
@@ -65,6 +68,7 @@ void run_guarded(Call& call, Algorithm&& algorithm) {
   try {
     algorithm();
   } catch (const Error& e) {
+    call.record.failed(e.what());
     for (auto& r : call.posted)
       if (!r->done.load(std::memory_order_acquire)) call.messenger.abandon(*r, e);
     throw;

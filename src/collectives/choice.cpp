@@ -133,13 +133,16 @@ const std::string& Collectives::choose(const Call& call, std::string_view collec
   placement();
   if (const std::string& forced = forced_for(collective); !forced.empty()) {
     check_runs(call, forced, per_rank);
+    call.record.algorithm(forced);
     return forced;
   }
   if (model_) {  // measured: a pick depends on the arguments alone (this thread writes model_)
     for (const auto& d : decisions_) {
       if (d.collective == collective && d.bytes == bytes && d.element_bytes == element_bytes &&
-          d.in_place == in_place)
+          d.in_place == in_place) {
+        call.record.algorithm(d.algorithm);
         return d.algorithm;
+      }
     }
   } else {
     int choices = 0;
@@ -151,6 +154,7 @@ const std::string& Collectives::choose(const Call& call, std::string_view collec
   Decision& d = decisions_[next_decision_++ % decisions_.size()];
   d = Decision{std::string(collective), bytes, element_bytes, in_place,
                pick(collective, bytes, element_bytes, in_place, nullptr)};
+  call.record.algorithm(d.algorithm);
   return d.algorithm;
 }
 

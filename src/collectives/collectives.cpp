@@ -26,8 +26,16 @@ Collectives::Collectives(p2p::Messenger& messenger)
       chunk_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(chunk_setting.as_int(), 4096))),
       watchdog_(watchdog_interval()) {}
 
-Call Collectives::begin(const char* name) {
+std::size_t Collectives::record_bytes(std::size_t count, DataType type) {
+  const std::size_t esize = size_of(type);
+  return esize != 0 && count > std::numeric_limits<std::size_t>::max() / esize
+             ? std::numeric_limits<std::size_t>::max()
+             : count * esize;
+}
+
+Call Collectives::begin(const char* name, std::size_t bytes, int root) {
   const std::uint64_t seq = ++sequence_;
+  recorder_.begin(seq, name, bytes, root);
   posted_.clear();
   Call call{messenger_,
             messenger_.rank(),
@@ -41,10 +49,12 @@ Call Collectives::begin(const char* name) {
             chunk_bytes_};
   call.reporter = reporter_;
   call.watchdog = watchdog_;
+  call.record = Recording(&recorder_, seq);
   return call;
 }
 
 void Collectives::usage(const Call& call, const std::string& cause) const {
+  call.record.failed(cause);
   throw Error(ErrorKind::usage, {.rank = call.rank, .operation = call.operation(), .cause = cause});
 }
 
@@ -174,7 +184,7 @@ bool Collectives::placement_allows(int bit) const {
 
 void Collectives::allreduce(const void* send, void* recv, std::size_t count, DataType type,
                             ReduceOp op) {
-  Call call = begin("allreduce");
+  Call call = begin("allreduce", record_bytes(count, type));
   const std::size_t bytes = checked_bytes(call, count, type);
   if (const auto why = unsupported(type, op); !why.empty()) usage(call, why);
   check_buffer(call, send, bytes, "send");
@@ -210,13 +220,15 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
     run_guarded(call, [&] { allreduce_rabenseifner(call, recv, count, type, op); });
   else if (algo == "ring" && count >= static_cast<std::size_t>(call.size))
     run_guarded(call, [&] { allreduce_ring(call, recv, count, type, op); });
-  else
+  else {
+    call.record.algorithm("recursive_doubling");
     run_guarded(call, [&] { allreduce_recursive_doubling(call, recv, count, type, op); });
+  }
   if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
 }
 
 void Collectives::broadcast(void* data, std::size_t count, DataType type, int root) {
-  Call call = begin("broadcast");
+  Call call = begin("broadcast", record_bytes(count, type), root);
   const std::size_t bytes = checked_bytes(call, count, type);
   check_root(call, root);
   check_buffer(call, data, bytes, "data");
@@ -236,7 +248,7 @@ void Collectives::broadcast(void* data, std::size_t count, DataType type, int ro
 
 void Collectives::reduce(const void* send, void* recv, std::size_t count, DataType type,
                          ReduceOp op, int root) {
-  Call call = begin("reduce");
+  Call call = begin("reduce", record_bytes(count, type), root);
   const std::size_t bytes = checked_bytes(call, count, type);
   if (const auto why = unsupported(type, op); !why.empty()) usage(call, why);
   check_root(call, root);
@@ -258,12 +270,13 @@ void Collectives::reduce(const void* send, void* recv, std::size_t count, DataTy
   } else if (send != recv && bytes > 0) {
     std::memcpy(recv, send, bytes);
   }
+  call.record.algorithm("binomial");
   if (call.size > 1) run_guarded(call, [&] { reduce_binomial(call, work, count, type, op, root); });
   if (call.rank == root && op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
 }
 
 void Collectives::allgather(const void* send, void* recv, std::size_t count, DataType type) {
-  Call call = begin("allgather");
+  Call call = begin("allgather", record_bytes(count, type));
   const std::size_t block = checked_bytes(call, count, type);
   check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
@@ -289,7 +302,7 @@ void Collectives::allgather(const void* send, void* recv, std::size_t count, Dat
 void Collectives::allgatherv(const void* send, std::size_t send_count, void* recv,
                              std::span<const std::size_t> recv_counts,
                              std::span<const std::size_t> displs, DataType type) {
-  Call call = begin("allgatherv");
+  Call call = begin("allgatherv", record_bytes(send_count, type));
   const std::size_t bytes = checked_bytes(call, send_count, type);
   const Blocks blocks = checked_blocks(call, recv_counts, displs, type, "receive");
   if (blocks.size(call.rank) != bytes) {
@@ -302,18 +315,20 @@ void Collectives::allgatherv(const void* send, std::size_t send_count, void* rec
   check_buffer(call, recv, total_bytes(blocks), "receive");
   char* mine = blocks.at(recv, call.rank);
   if (send != mine && bytes > 0) std::memcpy(mine, send, bytes);
+  call.record.algorithm("ring");
   if (call.size > 1) run_guarded(call, [&] { allgather_ring(call, recv, blocks); });
 }
 
 void Collectives::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
                                  ReduceOp op) {
-  Call call = begin("reduce_scatter");
+  Call call = begin("reduce_scatter", record_bytes(count, type));
   const std::size_t block = checked_bytes(call, count, type);
   if (const auto why = unsupported(type, op); !why.empty()) usage(call, why);
   check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
   const std::size_t all = block * static_cast<std::size_t>(call.size);
   std::vector<char> work(static_cast<const char*>(send), static_cast<const char*>(send) + all);
+  call.record.algorithm("ring");
   if (call.size > 1)
     run_guarded(call, [&] { reduce_scatter_ring(call, work.data(), count, type, op); });
   if (block > 0)
@@ -322,11 +337,12 @@ void Collectives::reduce_scatter(const void* send, void* recv, std::size_t count
 }
 
 void Collectives::gather(const void* send, void* recv, std::size_t count, DataType type, int root) {
-  Call call = begin("gather");
+  Call call = begin("gather", record_bytes(count, type), root);
   const std::size_t block = checked_bytes(call, count, type);
   check_root(call, root);
   check_buffer(call, send, block, "send");
   if (call.rank == root) check_buffer(call, recv, block, "receive");
+  call.record.algorithm("linear");
   run_guarded(call, [&] {
     gather_linear(call, send, block, recv, Blocks::uniform(call.size, block), root);
   });
@@ -335,21 +351,23 @@ void Collectives::gather(const void* send, void* recv, std::size_t count, DataTy
 void Collectives::gatherv(const void* send, std::size_t send_count, void* recv,
                           std::span<const std::size_t> recv_counts,
                           std::span<const std::size_t> displs, DataType type, int root) {
-  Call call = begin("gatherv");
+  Call call = begin("gatherv", record_bytes(send_count, type), root);
   const std::size_t bytes = checked_bytes(call, send_count, type);
   check_root(call, root);
   check_buffer(call, send, bytes, "send");
   const Blocks blocks = root_blocks(call, recv_counts, displs, type, bytes, recv, "receive", root);
+  call.record.algorithm("linear");
   run_guarded(call, [&] { gather_linear(call, send, bytes, recv, blocks, root); });
 }
 
 void Collectives::scatter(const void* send, void* recv, std::size_t count, DataType type,
                           int root) {
-  Call call = begin("scatter");
+  Call call = begin("scatter", record_bytes(count, type), root);
   const std::size_t block = checked_bytes(call, count, type);
   check_root(call, root);
   if (call.rank == root) check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
+  call.record.algorithm("linear");
   run_guarded(call, [&] {
     scatter_linear(call, send, Blocks::uniform(call.size, block), recv, block, root);
   });
@@ -358,16 +376,17 @@ void Collectives::scatter(const void* send, void* recv, std::size_t count, DataT
 void Collectives::scatterv(const void* send, std::span<const std::size_t> send_counts,
                            std::span<const std::size_t> displs, void* recv, std::size_t recv_count,
                            DataType type, int root) {
-  Call call = begin("scatterv");
+  Call call = begin("scatterv", record_bytes(recv_count, type), root);
   const std::size_t bytes = checked_bytes(call, recv_count, type);
   check_root(call, root);
   check_buffer(call, recv, bytes, "receive");
   const Blocks blocks = root_blocks(call, send_counts, displs, type, bytes, send, "send", root);
+  call.record.algorithm("linear");
   run_guarded(call, [&] { scatter_linear(call, send, blocks, recv, bytes, root); });
 }
 
 void Collectives::alltoall(const void* send, void* recv, std::size_t count, DataType type) {
-  Call call = begin("alltoall");
+  Call call = begin("alltoall", record_bytes(count, type));
   const std::size_t block = checked_bytes(call, count, type);
   check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
@@ -395,6 +414,7 @@ void Collectives::alltoallv(const void* send, std::span<const std::size_t> send_
   check_buffer(call, send, total_bytes(sblocks), "send");
   check_buffer(call, recv, total_bytes(rblocks), "receive");
   if (send == recv && total_bytes(sblocks) > 0) usage(call, "alltoallv cannot run in place");
+  call.record.algorithm("pairwise");
   run_guarded(call, [&] { alltoall_pairwise(call, send, sblocks, recv, rblocks); });
 }
 

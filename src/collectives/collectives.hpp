@@ -18,6 +18,7 @@
 #include "collectives/algorithms.hpp"
 #include "collectives/cost_model.hpp"
 #include "collectives/direct.hpp"
+#include "collectives/flight_recorder.hpp"
 #include "collectives/hierarchical.hpp"
 #include "collectives/shared.hpp"
 #include "p2p/messenger.hpp"
@@ -66,6 +67,9 @@ class Collectives {
   // text (empty for an unknown collective). A collective: measures the costs the first time.
   std::string explain(std::string_view collective, std::size_t bytes);
 
+  // The latest calls (flight_recorder.hpp); read from any thread.
+  const FlightRecorder& recorder() const { return recorder_; }
+
  private:
   // What placement lets the same-host algorithms do, as bits: every peer's memory readable
   // (direct), every peer's shared area mapped (shared). Agreed with the hosts (layout_).
@@ -78,7 +82,10 @@ class Collectives {
   int placement();
   // The agreed bits if agreed, else this rank's view (for reports before the first call).
   bool placement_allows(int bit) const;
-  Call begin(const char* name);
+  // A new call, recorded with this rank's `bytes` and the root (-1: none).
+  Call begin(const char* name, std::size_t bytes = 0, int root = -1);
+  // `count` elements of `type` in bytes, saturated (for the record: checked later).
+  static std::size_t record_bytes(std::size_t count, DataType type);
   [[noreturn]] void usage(const Call& call, const std::string& cause) const;
   // What ANVIEW_ALGO forces for `collective`, or empty.
   const std::string& forced_for(std::string_view collective) const;
@@ -143,6 +150,7 @@ class Collectives {
   std::size_t chunk_bytes_;             // ANVIEW_COLL_CHUNK
   std::chrono::milliseconds watchdog_;  // ANVIEW_WATCHDOG
   StallReporter* reporter_ = nullptr;
+  FlightRecorder recorder_;  // ANVIEW_FLIGHT_RECORDER
   // The measured costs, agreed by all ranks; read by algorithm() from any thread.
   mutable std::mutex model_mu_;
   std::optional<CostModel> model_;  // written only by the collectives' thread

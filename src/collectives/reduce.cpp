@@ -107,7 +107,7 @@ const ReduceKernels& choose_kernels() {
     if (!reached) continue;
     if (const ReduceKernels* k = reduce_kernels(name)) {
       if (name != wanted && wanted != "auto")
-        base::log(base::LogLevel::warn, "ANVIEW_CPU_KERNELS=", wanted,
+        base::log("coll", base::LogLevel::warn, "ANVIEW_CPU_KERNELS=", wanted,
                   ": this CPU or build lacks it; using ", name);
       return *k;
     }

@@ -159,7 +159,7 @@ bool read_file(const std::string& path, int ranks, int placement, Values& v) {
     const auto j = nlohmann::json::parse(in);
     if (j.at("version").get<int>() != file_version || j.at("ranks").get<int>() != ranks ||
         j.at("placement").get<int>() != placement) {
-      base::log(base::LogLevel::warn, "tuning file ", path, " was written for ",
+      base::log("coll", base::LogLevel::warn, "tuning file ", path, " was written for ",
                 j.at("ranks").get<int>(), " ranks, placement ", j.at("placement").get<int>(),
                 "; this job has ", ranks, " ranks, placement ", placement,
                 ": measuring again and rewriting it");
@@ -177,8 +177,8 @@ bool read_file(const std::string& path, int ranks, int placement, Values& v) {
     v[us_per_local_link_byte] = local_gbs > 0 ? 1e-3 / local_gbs : 0;
     return true;
   } catch (const nlohmann::json::exception& e) {
-    base::log(base::LogLevel::warn, "tuning file ", path, " is not one Anview wrote (", e.what(),
-              "): measuring again and rewriting it");
+    base::log("coll", base::LogLevel::warn, "tuning file ", path, " is not one Anview wrote (",
+              e.what(), "): measuring again and rewriting it");
     return false;
   }
 }
@@ -201,7 +201,7 @@ void write_file(const std::string& path, int ranks, int placement, const CostMod
   out.close();
   if (!out || std::rename(partial.c_str(), path.c_str()) != 0) {
     std::remove(partial.c_str());
-    base::log(base::LogLevel::warn, "cannot write the tuning file ", path, ": ",
+    base::log("coll", base::LogLevel::warn, "cannot write the tuning file ", path, ": ",
               std::strerror(errno));
   }
 }
@@ -230,7 +230,7 @@ CostModel tune(Call& call, const Placement& where, std::uint64_t& shared_calls) 
   }
   const Values v = measure(call, where, shared_calls);
   CostModel model = to_model(v, "measured at the first collective");
-  base::log(base::LogLevel::info, "collective cost model: ", describe(model));
+  base::log("coll", base::LogLevel::info, "collective cost model: ", describe(model));
   if (!path.empty() && call.rank == 0) write_file(path, call.size, placement, model);
   return model;
 }

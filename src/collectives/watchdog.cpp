@@ -24,7 +24,9 @@ StallClock::StallClock(const Call& call, base::Clock::time_point start)
       armed_(call.reporter != nullptr && call.watchdog.count() > 0) {}
 
 StallClock::~StallClock() {
-  if (reported_) call_.reporter->resumed(call_);
+  if (!reported_) return;
+  call_.record.resumed();
+  call_.reporter->resumed(call_);
 }
 
 void StallClock::check(int peer, const std::function<std::string()>& waiting_for) {
@@ -33,9 +35,10 @@ void StallClock::check(int peer, const std::function<std::string()>& waiting_for
   if (now < next_) return;
   next_ = now + call_.watchdog;
   reported_ = true;
-  call_.reporter->stalled(call_,
-                          std::chrono::duration_cast<std::chrono::milliseconds>(now - start_), peer,
-                          waiting_for());
+  const std::string what = waiting_for();
+  call_.record.stalled(peer, what);
+  call_.reporter->stalled(
+      call_, std::chrono::duration_cast<std::chrono::milliseconds>(now - start_), peer, what);
 }
 
 }  // namespace anview::collectives

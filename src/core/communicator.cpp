@@ -7,9 +7,11 @@
 
 #include "base/log.hpp"
 #include "base/timeouts.hpp"
+#include "base/trace.hpp"
 #include "bootstrap/interfaces.hpp"
 #include "bootstrap/launch_env.hpp"
 #include "core/communicator_impl.hpp"
+#include "core/dump_service.hpp"
 #include "core/peer_exchange.hpp"
 
 namespace anview {
@@ -64,11 +66,15 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
   const auto peers =
       exchange_peer_info(store_, options.store_prefix, messenger_->self_info(), size, timeout);
   messenger_->connect(peers);
+  dump_source_ = DumpService::instance().add([this] { return state(); });
+  if (base::Trace* trace = base::Trace::active()) trace->open(config.job_id, rank);
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
+  DumpService::instance().remove(dump_source_);
   worker_.reset();  // its collectives use collectives_ and the messenger
   messenger_->shutdown();
+  if (base::Trace* trace = base::Trace::active()) trace->close();  // the last one writes it
 }
 
 void CommunicatorImpl::run_collective(const char* name, std::function<void()> job) {
@@ -77,7 +83,14 @@ void CommunicatorImpl::run_collective(const char* name, std::function<void()> jo
     std::lock_guard lock(worker_mu_);
     worker = worker_.get();
   }
-  if (worker == nullptr) return job();
+  if (worker == nullptr) {
+    try {
+      return job();
+    } catch (const Error& e) {
+      dump_after(e);
+      throw;
+    }
+  }
   auto request = messenger_->external_request(name);
   worker->submit(request, 0, std::move(job), /*caller_waits=*/true);
   // Each step of the collective has its own deadline: wait for as long as it runs.
@@ -97,9 +110,57 @@ Request CommunicatorImpl::start_collective(const char* name, std::size_t bytes,
   {
     std::lock_guard lock(worker_mu_);
     if (!worker_) worker_ = std::make_unique<CollectiveWorker>(*messenger_);
-    worker_->submit(request, bytes, std::move(job));
+    worker_->submit(request, bytes, [job = std::move(job)] {
+      try {
+        job();
+      } catch (const Error& e) {
+        dump_after(e);
+        throw;
+      }
+    });
   }
   return Request(std::move(request));
+}
+
+void CommunicatorImpl::dump_after(const Error& error) {
+  if (error.kind() == ErrorKind::usage) return;
+  DumpService::instance().write_after_error(
+      error.operation().empty() ? to_string(error.kind()) : error.operation() + " failed");
+}
+
+nlohmann::ordered_json CommunicatorImpl::state() const {
+  const p2p::Messenger& m = *messenger_;
+  auto peers = nlohmann::ordered_json::array();
+  for (int p = 0; p < m.size(); ++p) {
+    nlohmann::ordered_json peer{{"rank", p}, {"transport", m.transport_name(p)}};
+    if (const auto failure = m.peer_failure(p)) peer["failed"] = failure->what();
+    peers.push_back(std::move(peer));
+  }
+  constexpr std::size_t shown = 256;
+  const auto pending = m.pending(shown);
+  auto requests = nlohmann::ordered_json::array();
+  for (const auto& r : pending.requests) {
+    nlohmann::ordered_json j{{"kind", r.kind}, {"bytes", r.bytes}, {"phase", r.phase}};
+    j["peer"] =
+        r.peer == any_source ? nlohmann::ordered_json("any") : nlohmann::ordered_json(r.peer);
+    if (r.internal)
+      j["collective_tag"] = r.tag - reserved_tags;
+    else
+      j["tag"] = r.tag == static_cast<std::uint64_t>(any_tag) ? nlohmann::ordered_json("any")
+                                                              : nlohmann::ordered_json(r.tag);
+    requests.push_back(std::move(j));
+  }
+  return {{"store_prefix", prefix_},
+          {"rank", m.rank()},
+          {"size", m.size()},
+          {"host_id", m.host_id()},
+          {"collectives", collectives_->recorder().to_json()},
+          {"pending_p2p", std::move(requests)},
+          {"pending_p2p_shown", shown},
+          {"unexpected_messages", pending.unexpected_messages},
+          {"unexpected_bytes", pending.unexpected_bytes},
+          {"peers", std::move(peers)},
+          {"hang_report", doctor_->last_report()}};
 }
 
 }  // namespace detail
@@ -144,6 +205,7 @@ Status wait_or_abandon(p2p::Messenger& messenger, detail::RequestImpl& impl,
     return messenger.wait(impl, timeout.value_or(messenger.default_timeout()));
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::timeout) messenger.abandon(impl, e);
+    detail::CommunicatorImpl::dump_after(e);
     throw;
   }
 }
@@ -161,6 +223,10 @@ Status Communicator::recv(void* data, std::size_t capacity, int source, Tag tag,
                           std::optional<std::chrono::milliseconds> timeout) {
   auto impl = impl_->messenger().irecv(data, capacity, source, tag);
   return wait_or_abandon(impl_->messenger(), *impl, timeout);
+}
+
+std::string Communicator::dump_state() const {
+  return impl_->state().dump(1);
 }
 
 void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "anview/communicator.hpp"
 #include "collectives/collectives.hpp"
 #include "core/collective_worker.hpp"
@@ -36,6 +38,12 @@ class CommunicatorImpl {
   // completes with `bytes` in its status, or with the collective's Error.
   Request start_collective(const char* name, std::size_t bytes, std::function<void()> job);
 
+  // This communicator's state for the flight recorder's dumps (dump_service.hpp): its
+  // latest collectives, pending point-to-point requests and peers.
+  nlohmann::ordered_json state() const;
+  // A failed call's dump (not for usage errors: those are the caller's, and said at once).
+  static void dump_after(const Error& error);
+
  private:
   Store store_;
   std::string prefix_;
@@ -45,6 +53,7 @@ class CommunicatorImpl {
   std::unique_ptr<collectives::Collectives> collectives_;
   std::mutex worker_mu_;
   std::unique_ptr<CollectiveWorker> worker_;  // destroyed before collectives_
+  std::uint64_t dump_source_ = 0;             // registered with the DumpService
 };
 
 }  // namespace anview::detail

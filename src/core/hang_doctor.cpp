@@ -6,6 +6,7 @@
 
 #include "base/log.hpp"
 #include "collectives/algorithms.hpp"
+#include "core/dump_service.hpp"
 
 namespace anview::detail {
 namespace {
@@ -100,19 +101,32 @@ void HangDoctor::stalled(const collectives::Call& call, std::chrono::millisecond
       if (r == rank_ || !store_.check({key(r)}, store_timeout)) continue;
       notes[static_cast<std::size_t>(r)] = store_.get_string(key(r), store_timeout);
     }
-    base::log(base::LogLevel::warn, diagnose(operation, rank_, notes));
+    report(diagnose(operation, rank_, notes));
   } catch (const std::exception& e) {
-    base::log(base::LogLevel::warn, "hang doctor: ", call.operation(), " has waited ",
-              seconds(waited), " on rank ", rank_,
-              peer >= 0 ? ", for rank " + std::to_string(peer) : std::string(), " (", waiting_for,
-              "); comparing notes with the other ranks failed: ", e.what());
+    std::ostringstream text;
+    text << "hang doctor: " << call.operation() << " has waited " << seconds(waited) << " on rank "
+         << rank_ << (peer >= 0 ? ", for rank " + std::to_string(peer) : std::string()) << " ("
+         << waiting_for << "); comparing notes with the other ranks failed: " << e.what();
+    report(text.str());
   }
+  DumpService::instance().write("hang doctor: " + call.operation() + " stalled");
+}
+
+void HangDoctor::report(std::string text) {
+  base::log("doctor", base::LogLevel::warn, text);
+  std::lock_guard lock(mu_);
+  last_report_ = std::move(text);
+}
+
+std::string HangDoctor::last_report() const {
+  std::lock_guard lock(mu_);
+  return last_report_;
 }
 
 void HangDoctor::resumed(const collectives::Call& call) noexcept {
   try {
     store_.set(key(rank_), std::string(), store_timeout);  // empty: not stalled
-    base::log(base::LogLevel::warn, "hang doctor: ", call.operation(), " on rank ", rank_,
+    base::log("doctor", base::LogLevel::warn, "hang doctor: ", call.operation(), " on rank ", rank_,
               " goes on");
   } catch (const std::exception&) {
     // The store is gone too; the next report will say so.

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ class HangDoctor final : public collectives::StallReporter {
   void stalled(const collectives::Call& call, std::chrono::milliseconds waited, int peer,
                const std::string& waiting_for) noexcept override;
   void resumed(const collectives::Call& call) noexcept override;
+  // The latest report (for the dumps); empty before the first.
+  std::string last_report() const;
 
   // The report for `operation` on this rank, from the notes of every rank (one per rank, empty
   // where a rank wrote none). Exposed for tests.
@@ -38,11 +41,15 @@ class HangDoctor final : public collectives::StallReporter {
 
  private:
   std::string key(int rank) const;
+  // Logs the report and keeps it for the dumps.
+  void report(std::string text);
 
   Store store_;
   std::string prefix_;
   int rank_;
   int size_;
+  mutable std::mutex mu_;
+  std::string last_report_;
 };
 
 }  // namespace anview::detail

@@ -14,16 +14,19 @@ bool tag_matches(Tag wanted, std::uint64_t tag) {
 
 void PostedQueue::push(RequestPtr recv) {
   recv->post_order = next_order_++;
-  auto& list = recv->peer == any_source ? any_source_ : by_source_[static_cast<std::size_t>(recv->peer)];
+  auto& list =
+      recv->peer == any_source ? any_source_ : by_source_[static_cast<std::size_t>(recv->peer)];
   list.push_back(std::move(recv));
 }
 
 RequestPtr PostedQueue::find(int source, std::uint64_t tag, bool take) {
   auto& mine = by_source_[static_cast<std::size_t>(source)];
-  auto a = std::find_if(mine.begin(), mine.end(), [&](const RequestPtr& r) { return tag_matches(r->tag, tag); });
+  auto a = std::find_if(mine.begin(), mine.end(),
+                        [&](const RequestPtr& r) { return tag_matches(r->tag, tag); });
   auto b = std::find_if(any_source_.begin(), any_source_.end(),
                         [&](const RequestPtr& r) { return tag_matches(r->tag, tag); });
-  const bool use_a = a != mine.end() && (b == any_source_.end() || (*a)->post_order < (*b)->post_order);
+  const bool use_a =
+      a != mine.end() && (b == any_source_.end() || (*a)->post_order < (*b)->post_order);
   if (!use_a && b == any_source_.end()) return nullptr;
   auto& list = use_a ? mine : any_source_;
   auto it = use_a ? a : b;
@@ -34,8 +37,10 @@ RequestPtr PostedQueue::find(int source, std::uint64_t tag, bool take) {
 }
 
 bool PostedQueue::remove(const detail::RequestImpl& recv) {
-  auto& list = recv.peer == any_source ? any_source_ : by_source_[static_cast<std::size_t>(recv.peer)];
-  auto it = std::find_if(list.begin(), list.end(), [&](const RequestPtr& r) { return r.get() == &recv; });
+  auto& list =
+      recv.peer == any_source ? any_source_ : by_source_[static_cast<std::size_t>(recv.peer)];
+  auto it =
+      std::find_if(list.begin(), list.end(), [&](const RequestPtr& r) { return r.get() == &recv; });
   if (it == list.end()) return false;
   list.erase(it);
   return true;
@@ -58,6 +63,21 @@ std::vector<RequestPtr> PostedQueue::take_all() {
   for (auto& list : by_source_) {
     out.insert(out.end(), list.begin(), list.end());
     list.clear();
+  }
+  return out;
+}
+
+std::vector<RequestPtr> PostedQueue::snapshot(std::size_t limit) const {
+  std::vector<RequestPtr> out;
+  for (const auto& r : any_source_) {
+    if (out.size() >= limit) return out;
+    out.push_back(r);
+  }
+  for (const auto& list : by_source_) {
+    for (const auto& r : list) {
+      if (out.size() >= limit) return out;
+      out.push_back(r);
+    }
   }
   return out;
 }
@@ -85,7 +105,9 @@ std::optional<UnexpectedQueue::Iterator> UnexpectedQueue::find(int source, Tag t
   return best;
 }
 
-void UnexpectedQueue::erase(Iterator it) { by_source_[static_cast<std::size_t>(it->source)].erase(it); }
+void UnexpectedQueue::erase(Iterator it) {
+  by_source_[static_cast<std::size_t>(it->source)].erase(it);
+}
 
 void UnexpectedQueue::clear() {
   for (auto& list : by_source_) list.clear();

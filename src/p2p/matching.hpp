@@ -33,6 +33,8 @@ class PostedQueue {
   // `with_any`.
   std::vector<RequestPtr> take_from(int source, bool with_any);
   std::vector<RequestPtr> take_all();
+  // The queued receives, at most `limit` (for dumps).
+  std::vector<RequestPtr> snapshot(std::size_t limit) const;
 
  private:
   // Deques: posting and matching at the ends allocate nothing per receive.
@@ -66,6 +68,9 @@ class UnexpectedQueue {
   std::optional<Iterator> find(int source, Tag tag);
   void erase(Iterator it);
   std::list<Unexpected>& from(int source) { return by_source_[static_cast<std::size_t>(source)]; }
+  const std::list<Unexpected>& from(int source) const {
+    return by_source_[static_cast<std::size_t>(source)];
+  }
   void clear();
 
  private:

@@ -52,6 +52,7 @@ Messenger::Messenger(const MessengerConfig& config)
       chunk_bytes_(static_cast<std::size_t>(
           std::clamp<std::int64_t>(chunk_setting.as_int(), 4096, transport::max_frame_payload))),
       spin_(std::chrono::microseconds(spin_setting.as_int())) {
+  if (base::Trace* t = base::Trace::active(); t != nullptr && t->transfers()) trace_ = t;
   if (eager_bytes_ > transport::max_frame_payload) eager_bytes_ = transport::max_frame_payload;
   const transport::TransportContext context{.rank = config.rank,
                                             .world_size = config.world_size,
@@ -94,8 +95,8 @@ void Messenger::connect(const std::vector<transport::PeerInfo>& peers) {
       ps.transport = selection.transport;
       ps.transport_reason = selection.reason;
       if (peer.rank != config_.rank) {
-        base::log(base::LogLevel::info, "rank ", peer.rank, " via ", selection.transport->name(),
-                  ": ", selection.reason);
+        base::log("p2p", base::LogLevel::info, "rank ", peer.rank, " via ",
+                  selection.transport->name(), ": ", selection.reason);
       }
       for (std::size_t i = 0; i < transports_.size(); ++i)
         if (transports_[i].get() == selection.transport) groups[i].push_back(peer);
@@ -154,8 +155,15 @@ bool Messenger::send_now(const void* data, std::size_t bytes, int peer, Tag tag)
   }
   Lock lock(mu_);
   const PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-  return !closed_ && !ps.failure && ps.transport != nullptr &&
-         ps.transport->try_send_now(peer, eager_header(bytes, tag), data);
+  const bool sent = !closed_ && !ps.failure && ps.transport != nullptr &&
+                    ps.transport->try_send_now(peer, eager_header(bytes, tag), data);
+  if (sent && trace_ != nullptr) {
+    const auto now = base::Clock::now();
+    trace_->add(base::Trace::Track::p2p, "send", now, now,
+                "\"peer\":" + std::to_string(peer) + ",\"tag\":" +
+                    std::to_string(to_underlying(tag)) + ",\"bytes\":" + std::to_string(bytes));
+  }
+  return sent;
 }
 
 RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag tag, bool internal) {
@@ -172,6 +180,7 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
   req->send_data = static_cast<const char*>(data);
   req->send_bytes = bytes;
   req->status = Status{config_.rank, tag, bytes};
+  if (trace_ != nullptr) req->posted = base::Clock::now();
   Completions completed;
   {
     Lock lock(mu_);
@@ -225,6 +234,7 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
     throw request_error(*req, ErrorKind::usage, "null buffer with a non-zero capacity");
   req->recv_data = static_cast<char*>(data);
   req->capacity = capacity;
+  if (trace_ != nullptr) req->posted = base::Clock::now();
   Completions completed;
   {
     Lock lock(mu_);
@@ -285,8 +295,21 @@ void Messenger::complete(RequestImpl& request, std::optional<Error> error, Reque
   }
   request.phase = RequestImpl::Phase::complete;
   request.error = std::move(error);
+  if (trace_ != nullptr && request.kind != RequestImpl::Kind::external) trace_transfer(request);
   request.done.store(true, std::memory_order_release);
   completed_.push_back(ref ? std::move(ref) : request.shared_from_this());
+}
+
+void Messenger::trace_transfer(const RequestImpl& request) const {
+  const bool recv = request.kind == RequestImpl::Kind::recv;
+  const auto tag = to_underlying(recv ? request.status.tag : request.tag);
+  std::string args = "\"peer\":" + std::to_string(recv ? request.status.source : request.peer);
+  args += tag >= reserved_tags ? ",\"collective_tag\":" + std::to_string(tag - reserved_tags)
+                               : ",\"tag\":" + std::to_string(tag);
+  args += ",\"bytes\":" + std::to_string(request.status.bytes);
+  if (request.error) args += ",\"error\":" + base::Trace::quoted(request.error->what());
+  trace_->add(base::Trace::Track::p2p, recv ? "recv" : "send", request.posted, base::Clock::now(),
+              args);
 }
 
 void Messenger::take_completed(Completions& out) {
@@ -566,7 +589,7 @@ void Messenger::abandon(RequestImpl& request, const Error& error) {
     if (request.phase == RequestImpl::Phase::complete) return;
     const int peer = request.kind == RequestImpl::Kind::recv ? request.status.source : request.peer;
     if (peer >= 0 && peers_[static_cast<std::size_t>(peer)].transport) {
-      base::log(base::LogLevel::error, error.what(), "; closing the link to rank ", peer,
+      base::log("p2p", base::LogLevel::error, error.what(), "; closing the link to rank ", peer,
                 " because the operation is partly transferred");
       peers_[static_cast<std::size_t>(peer)].transport->fail_peer(peer, error);
     }
@@ -657,6 +680,46 @@ std::string Messenger::describe_peer(int peer) const {
 std::string Messenger::describe_request(const RequestImpl& request) const {
   Lock lock(mu_);
   return describe_wait(request);
+}
+
+Messenger::PendingSummary Messenger::pending(std::size_t limit) const {
+  const auto phase_name = [](RequestImpl::Phase p) {
+    switch (p) {
+      case RequestImpl::Phase::posted:
+        return "posted";
+      case RequestImpl::Phase::matched:
+        return "matched";
+      case RequestImpl::Phase::transferring:
+        return "transferring";
+      case RequestImpl::Phase::complete:
+        return "complete";
+    }
+    return "?";
+  };
+  const auto entry = [&](const RequestImpl& r) {
+    const bool recv = r.kind == RequestImpl::Kind::recv;
+    const auto tag = static_cast<std::uint64_t>(r.tag);
+    return PendingRequest{recv ? "recv" : "send",
+                          r.peer,
+                          tag,
+                          recv ? r.capacity : r.send_bytes,
+                          phase_name(r.phase),
+                          tag >= reserved_tags && r.tag != any_tag};
+  };
+  Lock lock(mu_);
+  PendingSummary out;
+  for (const auto& r : posted_.snapshot(limit)) out.requests.push_back(entry(*r));
+  for (const auto* map : {&recvs_, &sends_}) {
+    for (const auto& [id, r] : *map) {
+      if (out.requests.size() >= limit) break;
+      out.requests.push_back(entry(*r));
+    }
+  }
+  for (int p = 0; p < size(); ++p) {
+    out.unexpected_bytes += peers_[static_cast<std::size_t>(p)].unexpected_bytes;
+    out.unexpected_messages += unexpected_.from(p).size();
+  }
+  return out;
 }
 
 std::optional<Error> Messenger::first_peer_failure() const {

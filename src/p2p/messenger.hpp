@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/progress_engine.hpp"
+#include "base/trace.hpp"
 #include "p2p/matching.hpp"
 #include "p2p/request_impl.hpp"
 #include "transport/transport.hpp"
@@ -106,6 +107,22 @@ class Messenger final : public transport::FrameSink,
   std::optional<Error> peer_failure(int peer) const;
   // What a pending request waits for, in words (as in its timeout Error).
   std::string describe_request(const RequestImpl& request) const;
+  // The pending point-to-point requests (receives waiting for a match, rendezvous transfers),
+  // at most `limit` of them, and the unexpected messages held, for the flight recorder's dumps.
+  struct PendingRequest {
+    const char* kind;  // "recv", "send"
+    int peer;          // any_source for a wildcard receive
+    std::uint64_t tag;
+    std::size_t bytes;  // capacity of a receive, size of a send
+    const char* phase;  // "posted", "matched", "transferring"
+    bool internal;      // a collective's (reserved tag)
+  };
+  struct PendingSummary {
+    std::vector<PendingRequest> requests;
+    std::size_t unexpected_messages = 0;
+    std::size_t unexpected_bytes = 0;
+  };
+  PendingSummary pending(std::size_t limit) const;
 
   // One-sided reads of `peer`'s memory, when its transport offers them and its link is up
   // (null otherwise, and for this rank itself). The object outlives every communicator call.
@@ -191,6 +208,9 @@ class Messenger final : public transport::FrameSink,
   std::size_t unexpected_limit_;
   std::size_t chunk_bytes_;
   std::chrono::microseconds spin_;
+  base::Trace* trace_ = nullptr;  // ANVIEW_TRACE at the transfers level, else null
+  // Records a completed send or receive in the trace (mu_ held).
+  void trace_transfer(const RequestImpl& request) const;
   // wait() for an external request: yield, then sleep until the thread running it completes it.
   Status wait_external(RequestImpl& request, std::chrono::milliseconds timeout);
 };

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "anview/request.hpp"
+#include "base/clock.hpp"
 
 namespace anview::p2p {
 class Messenger;
@@ -41,6 +42,7 @@ class RequestImpl : public std::enable_shared_from_this<RequestImpl> {
   std::uint64_t id = 0;
   std::uint64_t post_order = 0;  // receives: when it was posted, for wildcard matching
   Phase phase = Phase::posted;
+  base::Clock::time_point posted{};  // set only while ANVIEW_TRACE records transfers
 
   // send
   const char* send_data = nullptr;

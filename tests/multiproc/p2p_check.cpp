@@ -1966,6 +1966,106 @@ std::string coll_stall(Job& job) {
   return cat(rounds, " allreduces, rank ", victim, " stopped for 2 s in the middle");
 }
 
+// dump (2 ranks): the flight recorder seen from outside. Both ranks run a few collectives;
+// rank 1 then waits in a receive nobody has sent yet. Rank 0 asks for rank 1's state with
+// `anview-info --dump PID` (ANVIEW_INFO_PATH) and finds the calls and the pending receive in
+// it; then it sends SIGUSR1 to rank 1 and finds the dump file in ANVIEW_DUMP_DIR; then it sends
+// the message and both leave.
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+void check_dumped_state(const nlohmann::json& dump, long pid, const std::string& how) {
+  require(dump.at("pid").get<long>() == pid, how, ": pid ", dump.at("pid"), ", not ", pid);
+  const auto& comms = dump.at("communicators");
+  require(comms.size() == 1, how, ": ", comms.size(), " communicators, not 1");
+  const auto& comm = comms.at(0);
+  require(comm.at("rank") == 1 && comm.at("size") == 2, how, ": rank/size ", comm.at("rank"), "/",
+          comm.at("size"));
+  int allreduces = 0;
+  bool broadcast = false;
+  for (const auto& op : comm.at("collectives")) {
+    if (op.at("op") == "allreduce" && op.at("state") == "done" && op.at("bytes") == 64 * 8)
+      ++allreduces;
+    if (op.at("op") == "broadcast" && op.at("root") == 0 && op.at("state") == "done")
+      broadcast = true;
+  }
+  require(allreduces == 3 && broadcast, how,
+          ": the 3 allreduces and the broadcast are not all "
+          "recorded as done: ",
+          comm.at("collectives").dump());
+  bool pending = false;
+  for (const auto& r : comm.at("pending_p2p"))
+    pending = pending || (r.at("kind") == "recv" && r.value("tag", nlohmann::json()) == 77 &&
+                          r.at("peer") == "any");
+  require(pending, how,
+          ": the pending receive (any source, tag 77) is missing: ", comm.at("pending_p2p").dump());
+}
+
+std::string dump(Job& job) {
+  const int me = job.rank();
+  require(job.size() == 2, "dump runs on 2 ranks");
+  std::vector<double> values(64, me + 1.0);
+  for (int i = 0; i < 3; ++i)
+    job.comm().allreduce(values.data(), values.size(), anview::DataType::float64,
+                         anview::ReduceOp::sum);
+  job.comm().broadcast(values.data(), values.size(), anview::DataType::float64, 0);
+  std::string summary;
+  if (me == 1) {
+    char byte = 0;
+    auto request = job.comm().irecv(&byte, 1, anview::any_source, Tag{77});
+    job.store().set("check/dump/pid", std::to_string(::getpid()));
+    request.wait(60s);
+    require(byte == 'x', "the last message carries '", byte, "'");
+  } else {
+    const long pid = std::stol(job.store().get_string("check/dump/pid"));
+    const char* info = std::getenv("ANVIEW_INFO_PATH");
+    const char* dir = std::getenv("ANVIEW_DUMP_DIR");
+    require(info != nullptr && dir != nullptr, "ANVIEW_INFO_PATH and ANVIEW_DUMP_DIR must be set");
+    // 1. On request: by pid, and among every process of this host.
+    for (const std::string& pids : {std::to_string(pid), std::string()}) {
+      const std::string command = std::string(info) + " --dump " + pids;
+      FILE* pipe = ::popen(command.c_str(), "r");
+      require(pipe != nullptr, "cannot run ", command);
+      std::string text;
+      char buf[4096];
+      for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) text.append(buf, n);
+      const int status = ::pclose(pipe);
+      require(status == 0, command, " exited with status ", status);
+      const auto all = nlohmann::json::parse(text);
+      bool found_self = false, found_peer = false;
+      for (const auto& d : all) {
+        found_self = found_self || d.at("pid") == ::getpid();
+        if (d.at("pid") == pid) {
+          found_peer = true;
+          check_dumped_state(d, pid, command);
+        }
+      }
+      require(found_peer && (!pids.empty() || found_self), command, " lacks ",
+              found_peer ? "this process" : "rank 1's process");
+    }
+    // 2. On SIGUSR1: a file.
+    const std::string path = std::string(dir) + "/anview-dump-" + std::to_string(pid) + ".json";
+    std::remove(path.c_str());
+    require(::kill(static_cast<pid_t>(pid), SIGUSR1) == 0, "kill(SIGUSR1): ", std::strerror(errno));
+    const auto deadline = Clock::now() + 20s;
+    while (::access(path.c_str(), R_OK) != 0) {
+      require(Clock::now() < deadline, "no dump at ", path, " 20 s after SIGUSR1");
+      std::this_thread::sleep_for(10ms);
+    }
+    const auto file = read_json_file(path);
+    require(file.at("reason") == "SIGUSR1", "the dump's reason is ", file.at("reason"));
+    check_dumped_state(file, pid, path);
+    std::remove(path.c_str());
+    summary = "anview-info --dump and SIGUSR1 showed rank 1's calls and pending receive";
+    const char byte = 'x';
+    job.comm().send(&byte, 1, 1, Tag{77});
+  }
+  job.leave(2);
+  return summary;
+}
+
 const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"stress", stress},
     {"wildcards", wildcards},
@@ -1980,6 +2080,7 @@ const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"coll_kill", coll_kill},
     {"coll_direct", coll_direct},
     {"coll_stall", coll_stall},
+    {"dump", dump},
 };
 
 int usage(const std::string& why) {

@@ -4,17 +4,24 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <regex>
+#include <string>
 
 #include "anview/error.hpp"
 #include "base/config.hpp"
+#include "base/log.hpp"
 #include "base/progress_engine.hpp"
 
 namespace anview::base {
 namespace {
 
 TEST(Error, MessageNamesKindRankPeerOperationTagAndCause) {
-  const Error e(ErrorKind::peer_lost, {.rank = 2, .peer = 5, .peer_address = "10.0.0.5:4000",
-                                       .operation = "recv", .tag = 9, .cause = "gone"});
+  const Error e(ErrorKind::peer_lost, {.rank = 2,
+                                       .peer = 5,
+                                       .peer_address = "10.0.0.5:4000",
+                                       .operation = "recv",
+                                       .tag = 9,
+                                       .cause = "gone"});
   EXPECT_STREQ(e.what(),
                "anview peer_lost error on rank 2 with peer 5 (10.0.0.5:4000) in recv tag=9: gone");
   EXPECT_EQ(e.kind(), ErrorKind::peer_lost);
@@ -23,8 +30,8 @@ TEST(Error, MessageNamesKindRankPeerOperationTagAndCause) {
 }
 
 TEST(Error, ForOperationKeepsTheRootCause) {
-  const Error root(ErrorKind::peer_lost, {.rank = 0, .peer = 1, .operation = "transfer",
-                                          .cause = "connection closed"});
+  const Error root(ErrorKind::peer_lost,
+                   {.rank = 0, .peer = 1, .operation = "transfer", .cause = "connection closed"});
   const Error later = root.for_operation("send", 7);
   EXPECT_EQ(later.kind(), ErrorKind::peer_lost);
   EXPECT_EQ(later.operation(), "send");
@@ -32,6 +39,27 @@ TEST(Error, ForOperationKeepsTheRootCause) {
   EXPECT_NE(std::string(later.what()).find("earlier failure in transfer: connection closed"),
             std::string::npos)
       << later.what();
+}
+
+// A log line carries the time, the rank (or pid) and the component, then level and message.
+TEST(Log, LineCarriesTimeRankAndComponent) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const int saved = ::dup(STDERR_FILENO);
+  ::dup2(fds[1], STDERR_FILENO);
+  base::log_line("tcp", base::LogLevel::warn, "link to rank 2 is slow");
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  ::close(fds[1]);
+  char buf[512] = {};
+  const ssize_t n = ::read(fds[0], buf, sizeof buf - 1);
+  ::close(fds[0]);
+  ASSERT_GT(n, 0);
+  const std::string line(buf, static_cast<std::size_t>(n));
+  EXPECT_TRUE(std::regex_match(
+      line, std::regex(R"(\[anview \d\d:\d\d:\d\d\.\d{6} (rank \d+|pid \d+) tcp\] warn: )"
+                       R"(link to rank 2 is slow\n)")))
+      << line;
 }
 
 TEST(Config, SizesAcceptSuffixes) {
@@ -68,7 +96,8 @@ const Setting test_setting("test", "ANVIEW_TEST_ONLY_SETTING", "a, b,,c ", "for 
 
 TEST(Config, SettingsRegisterAndReadTheEnvironment) {
   bool found = false;
-  for (const Setting* s : all_settings()) found |= std::string(s->env()) == "ANVIEW_TEST_ONLY_SETTING";
+  for (const Setting* s : all_settings())
+    found |= std::string(s->env()) == "ANVIEW_TEST_ONLY_SETTING";
   EXPECT_TRUE(found);
   ::unsetenv("ANVIEW_TEST_ONLY_SETTING");
   EXPECT_FALSE(test_setting.from_environment());

@@ -12,6 +12,10 @@
 //                                  considers for that collective and size, its predicted time
 //                                  (or why it cannot run), the pick, and the measured costs
 //
+//   anview-info --dump [PID...]    the flight recorders of running Anview processes on this host
+//                                  (all of them, or those PIDs), as one JSON array: each
+//                                  communicator's latest collectives, pending requests, peers
+//
 // Nothing here creates a communicator except --peers and --explain.
 #include <unistd.h>
 
@@ -32,6 +36,7 @@
 #include "bootstrap/interfaces.hpp"
 #include "bootstrap/launch_env.hpp"
 #include "collectives/reduce.hpp"
+#include "core/dump_service.hpp"
 #include "transport/registry.hpp"
 
 extern char** environ;
@@ -54,8 +59,9 @@ struct Options {
   bool config = false;
   bool peers = false;
   bool json = false;
-  int emulate_hosts = 0;             // 0: off
-  std::vector<std::string> explain;  // collective, size
+  int emulate_hosts = 0;               // 0: off
+  std::vector<std::string> explain;    // collective, size
+  std::vector<std::string> dump_pids;  // --dump
 };
 
 constexpr anview::Tag size_tag{1};
@@ -442,6 +448,41 @@ int print_explain(const Options& o) {
   return text.empty() ? 2 : 0;
 }
 
+// Asks each process for its dump (dump_service.hpp); prints them as one JSON array.
+int print_dumps(const std::vector<std::string>& args) {
+  using anview::detail::DumpService;
+  std::vector<pid_t> pids;
+  for (const std::string& a : args) {
+    if (a.empty()) continue;  // CLI11 gives an empty value when --dump has none
+    char* end = nullptr;
+    const long pid = std::strtol(a.c_str(), &end, 10);
+    if (*end != '\0' || pid <= 0) {
+      std::cerr << "anview-info: --dump takes process ids, not '" << a << "'\n";
+      return 2;
+    }
+    pids.push_back(static_cast<pid_t>(pid));
+  }
+  const bool all = pids.empty();
+  if (all) pids = DumpService::listening_pids();
+  if (pids.empty()) {
+    std::cerr << "anview-info: no Anview process with a live communicator runs on this host (in "
+                 "this network namespace)\n";
+    return 1;
+  }
+  json out = json::array();
+  int failed = 0;
+  for (const pid_t pid : pids) {
+    try {
+      out.push_back(DumpService::request(pid, std::chrono::seconds(5)));
+    } catch (const anview::Error& e) {
+      ++failed;
+      std::cerr << std::string("anview-info: ") + e.what() + "\n";
+    }
+  }
+  std::printf("%s\n", out.dump(1).c_str());
+  return failed == 0 || (all && !out.empty()) ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -466,7 +507,19 @@ int main(int argc, char** argv) {
       ->expected(2)
       ->type_name("COLLECTIVE SIZE");
   app.add_flag("--json", o.json, "print JSON instead of text");
+  auto* dump = app.add_option("--dump", o.dump_pids,
+                              "print the flight recorders of the Anview processes running on this "
+                              "host (or of these PIDs) as JSON")
+                   ->expected(0, -1)
+                   ->type_name("[PID...]");
   CLI11_PARSE(app, argc, argv);
+  if (dump->count() > 0) {
+    if (o.config || o.peers || !o.explain.empty()) {
+      std::cerr << "anview-info: --dump goes alone\n";
+      return 2;
+    }
+    return print_dumps(o.dump_pids);
+  }
   const bool connects = o.peers || !o.explain.empty();
   if (o.emulate_hosts > 0 && !connects) {
     std::cerr << "anview-info: --emulate-hosts needs --peers or --explain\n";

@@ -525,7 +525,7 @@ void Connection::revoke_offers(int cause_rank) {
   while (out_control_->consumer_accessing.load(std::memory_order_seq_cst) != 0) {
     if (peer_gone()) return;
     if (base::Clock::now() >= deadline) {
-      base::log(base::LogLevel::error, "shm: rank ", peer_,
+      base::log("shm", base::LogLevel::error, "shm: rank ", peer_,
                 " is still inside memory this rank offered it, 10 s after the link to it closed; "
                 "going on (the buffers of the failed operations may still change)");
       return;

@@ -54,7 +54,7 @@ void CrossMemoryReader::read(std::uint64_t remote, void* local, std::size_t byte
                            .peer_address = "shm",
                            .operation = operation,
                            .cause = cross_memory_cause(err, false, peer_, pid_, bytes)});
-  base::log(base::LogLevel::error, error.what());
+  base::log("shm", base::LogLevel::error, error.what());
   throw error;
 }
 

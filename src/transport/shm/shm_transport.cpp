@@ -245,7 +245,7 @@ void ShmTransport::setup_error(int peer, const std::string& cause) {
   ctx.cause = "cannot attach to rank " + std::to_string(peer) + " over shared memory: " + cause;
   link.setup_error = Error(ErrorKind::link, std::move(ctx));
   link.failed = true;
-  base::log(base::LogLevel::error, link.setup_error->what());
+  base::log("shm", base::LogLevel::error, link.setup_error->what());
 }
 
 void ShmTransport::connect(const std::vector<PeerInfo>& peers) {
@@ -281,13 +281,13 @@ void ShmTransport::connect(const std::vector<PeerInfo>& peers) {
       continue;
     }
     if (!link.conn->exit_watch)
-      base::log(base::LogLevel::debug, "shm: cannot watch rank ", rank, ": ", why);
+      base::log("shm", base::LogLevel::debug, "shm: cannot watch rank ", rank, ": ", why);
     active_.push_back(link.conn.get());
   }
   if (refused_count > 0) {
     base::log(
-        single_copy_wanted_ ? base::LogLevel::warn : base::LogLevel::info, "shm: ", refused_count,
-        " of ", peers.size(),
+        "shm", single_copy_wanted_ ? base::LogLevel::warn : base::LogLevel::info,
+        "shm: ", refused_count, " of ", peers.size(),
         " same-host peers get large messages copied through the ring, not single-copy: ", refused);
   }
 }
@@ -424,7 +424,7 @@ void ShmTransport::fail_link(int peer, const Error& error) {
   if (!link.was_up) link.setup_error = error;
   const bool left = link.conn && link.conn->goodbye_received();
   const bool quiet = closing_ || left;
-  base::log(quiet ? base::LogLevel::debug : base::LogLevel::error,
+  base::log("shm", quiet ? base::LogLevel::debug : base::LogLevel::error,
             quiet ? "shm: link closed: " : "", error.what());
   if (link.conn) {
     link.conn->close(error);  // uses the exit watch to tell a dead peer from a slow one

@@ -1,7 +1,7 @@
 #include "transport/tcp/tcp_transport.hpp"
 
-#include <unistd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -87,7 +87,8 @@ TcpTransport::TcpTransport(const TransportContext& context)
       sockbuf_bytes_(static_cast<int>(sockbuf_setting.as_int())) {
   if (stream_count_ < 1 || stream_count_ > 64) {
     throw Error(ErrorKind::usage,
-                {.rank = context_.rank, .operation = "tcp.init",
+                {.rank = context_.rank,
+                 .operation = "tcp.init",
                  .cause = "ANVIEW_TCP_STREAMS=" + streams_setting.value() + " is not in 1..64"});
   }
   const auto port = port_setting.as_int();
@@ -126,7 +127,9 @@ Capabilities TcpTransport::capabilities() const {
                       .bandwidth_gbs = 4.0};
 }
 
-void TcpTransport::describe_self(PeerInfo& self) const { self.tcp_addresses = published_; }
+void TcpTransport::describe_self(PeerInfo& self) const {
+  self.tcp_addresses = published_;
+}
 
 std::string TcpTransport::pick_address(const PeerInfo& peer, std::string* why) const {
   const bool same_host = !peer.host_id.empty() && peer.host_id == context_.host_id;
@@ -171,9 +174,8 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
       hello.stream = static_cast<std::uint16_t>(s);
       hello.stream_count = static_cast<std::uint16_t>(stream_count_);
       base::write_all(fd.get(), &hello, sizeof hello, deadline, ctx);
-      link.streams[static_cast<std::size_t>(s)] =
-          std::make_unique<Connection>(*this, std::move(fd), Connection::State::awaiting_ack,
-                                       peer.rank, s);
+      link.streams[static_cast<std::size_t>(s)] = std::make_unique<Connection>(
+          *this, std::move(fd), Connection::State::awaiting_ack, peer.rank, s);
     }
   }
 }
@@ -185,13 +187,13 @@ void TcpTransport::watch_process(const PeerInfo& peer) {
   auto watch = base::ProcessWatch::start(
       *context_.engine, peer.pid, [this, rank] { on_peer_process_exit(rank); }, &why);
   // Without a watch (an old kernel, a sandbox) the end of the stream still tells, later.
-  if (!watch) base::log(base::LogLevel::debug, "tcp: cannot watch rank ", rank, ": ", why);
+  if (!watch) base::log("tcp", base::LogLevel::debug, "tcp: cannot watch rank ", rank, ": ", why);
   peers_[static_cast<std::size_t>(rank)].exit_watch = std::move(watch);
 }
 
 void TcpTransport::on_peer_process_exit(int peer) {
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
-  base::log(base::LogLevel::debug, "tcp: the process of rank ", peer, " ended");
+  base::log("tcp", base::LogLevel::debug, "tcp: the process of rank ", peer, " ended");
   for (auto& conn : link.streams)
     if (conn && conn->state() == Connection::State::established) conn->drain();
 }
@@ -225,7 +227,9 @@ std::string TcpTransport::pending_connections() const {
   return text;
 }
 
-void TcpTransport::on_fd_events(std::uint32_t) { accept_pending(); }
+void TcpTransport::on_fd_events(std::uint32_t) {
+  accept_pending();
+}
 
 void TcpTransport::accept_pending() {
   for (;;) {
@@ -233,7 +237,7 @@ void TcpTransport::accept_pending() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK)
-        base::log(base::LogLevel::warn, "tcp: accept() failed: ", base::errno_text(errno));
+        base::log("tcp", base::LogLevel::warn, "tcp: accept() failed: ", base::errno_text(errno));
       return;
     }
     if (sockbuf_bytes_ > 0) base::set_buffer_sizes(fd, sockbuf_bytes_);
@@ -284,7 +288,7 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
     }
   }
   if (reason != RejectReason::none) {
-    base::log(base::LogLevel::warn, "tcp: dropped a connection from ", from, ": ", why);
+    base::log("tcp", base::LogLevel::warn, "tcp: dropped a connection from ", from, ": ", why);
     if (!foreign) {
       Handshake reject;
       reject.kind = HandshakeKind::reject;
@@ -306,7 +310,7 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
   ack.stream = hello.stream;
   ack.stream_count = hello.stream_count;
   if (!send_reply(conn.fd(), ack)) {
-    base::log(base::LogLevel::warn, "tcp: could not answer the hello of rank ", hello.rank,
+    base::log("tcp", base::LogLevel::warn, "tcp: could not answer the hello of rank ", hello.rank,
               " from ", from, ": ", base::errno_text(errno));
     owned->close(nullptr);
     retire(std::move(owned));
@@ -323,7 +327,8 @@ void TcpTransport::on_ack(Connection& conn, const Handshake& reply) {
   ErrorContext ctx = error_context(peer, "connect");
   if (reply.magic != handshake_magic ||
       (reply.kind != HandshakeKind::ack && reply.kind != HandshakeKind::reject)) {
-    ctx.cause = "rank " + std::to_string(peer) + " answered the handshake with bytes that are not "
+    ctx.cause = "rank " + std::to_string(peer) +
+                " answered the handshake with bytes that are not "
                 "an Anview handshake";
     fail_link(peer, Error(ErrorKind::protocol, std::move(ctx)));
     return;
@@ -344,8 +349,7 @@ void TcpTransport::on_ack(Connection& conn, const Handshake& reply) {
   count_established(peers_[static_cast<std::size_t>(peer)]);
 }
 
-Landing TcpTransport::deliver_frame(Connection& conn, const FrameHeader& header,
-                                    bool may_defer) {
+Landing TcpTransport::deliver_frame(Connection& conn, const FrameHeader& header, bool may_defer) {
   if (header.type >= frame_goodbye) {
     const bool known = header.type == frame_goodbye || header.type == frame_abort;
     if (!known || header.payload_bytes != 0) {
@@ -390,7 +394,7 @@ void TcpTransport::deliver_frame_done(Connection& conn, const FrameHeader& heade
 void TcpTransport::on_connection_error(Connection& conn, const Error& error) {
   if (conn.peer() < 0 || conn.state() == Connection::State::awaiting_hello) {
     // Not one of our peers yet: garbage, a port scanner, a foreign program. Drop it.
-    base::log(base::LogLevel::warn, "tcp: dropped a connection from ", conn.remote(),
+    base::log("tcp", base::LogLevel::warn, "tcp: dropped a connection from ", conn.remote(),
               " before its handshake: ", error.cause());
     auto it = std::find_if(accepting_.begin(), accepting_.end(),
                            [&](const auto& c) { return c.get() == &conn; });
@@ -438,9 +442,9 @@ void TcpTransport::fail_link(int peer, const Error& error) {
   link.failed = true;
   if (!link.was_up) link.setup_error = error;
   if (link.goodbye || closing_) {
-    base::log(base::LogLevel::debug, "tcp: link to rank ", peer, " closed: ", error.cause());
+    base::log("tcp", base::LogLevel::debug, "tcp: link to rank ", peer, " closed: ", error.cause());
   } else {
-    base::log(base::LogLevel::error, error.what());
+    base::log("tcp", base::LogLevel::error, error.what());
   }
   for (auto& conn : link.streams) {
     if (!conn) continue;
@@ -489,9 +493,8 @@ bool TcpTransport::poll_housekeeping() {
         ++i;
         continue;
       }
-      base::log(base::LogLevel::warn, "tcp: dropped a connection from ",
-                accepting_[i]->remote(),
-                ": no handshake within ", hello_timeout.count(), " s");
+      base::log("tcp", base::LogLevel::warn, "tcp: dropped a connection from ",
+                accepting_[i]->remote(), ": no handshake within ", hello_timeout.count(), " s");
       accepting_[i]->close(nullptr);
       retire(std::move(accepting_[i]));
       accepting_.erase(accepting_.begin() + static_cast<std::ptrdiff_t>(i));
