@@ -8,6 +8,8 @@ packages=(
   iproute2 procps
   # anview-perf --plot draws with gnuplot (its test skips without it)
   gnuplot-nox
+  # the metrics endpoint's test scrapes with curl and parses with Prometheus' own parser
+  curl python3-prometheus-client
   # the Python package and the PyTorch backend (python/), their tests and benchmark
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch libtorch-dev
 )

@@ -4,6 +4,7 @@
 #include "anview/collectives.hpp"
 #include "anview/communicator.hpp"
 #include "anview/error.hpp"
+#include "anview/metrics.hpp"
 #include "anview/request.hpp"
 #include "anview/store.hpp"
 #include "anview/types.hpp"

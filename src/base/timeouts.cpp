@@ -7,10 +7,20 @@ const Setting timeout(
     "base", "ANVIEW_TIMEOUT", "300",
     "Default deadline of every blocking call (seconds; ms/us/m suffixes allowed)");
 
+const Setting watchdog(
+    "base", "ANVIEW_WATCHDOG", "60s",
+    "When a collective or a blocking send/receive has waited this long, say who it waits for "
+    "(collectives: the ranks compare notes through the store) and dump the flight recorder "
+    "(0: off)");
+
 }  // namespace
 
 const Setting& timeout_setting() {
   return timeout;
+}
+
+const Setting& watchdog_setting() {
+  return watchdog;
 }
 
 }  // namespace anview::base

@@ -10,5 +10,7 @@ namespace anview::base {
 // `timeout_setting().as_duration()`; a malformed value raises a usage Error naming it.
 // Do not call during static initialisation of another translation unit.
 const Setting& timeout_setting();
+// ANVIEW_WATCHDOG: how long a wait goes before the hang doctor speaks (default 60 s; 0: off).
+const Setting& watchdog_setting();
 
 }  // namespace anview::base

@@ -24,7 +24,11 @@ Collectives::Collectives(p2p::Messenger& messenger)
     : messenger_(messenger),
       forced_(read_forced()),
       chunk_bytes_(static_cast<std::size_t>(std::max<std::int64_t>(chunk_setting.as_int(), 4096))),
-      watchdog_(watchdog_interval()) {}
+      watchdog_(watchdog_interval()),
+      metrics_([this](base::metrics::Sink& sink) {
+        recorder_.collect_metrics(
+            sink, {{"rank", std::to_string(messenger_.rank())}, {"comm", messenger_.name()}});
+      }) {}
 
 std::size_t Collectives::record_bytes(std::size_t count, DataType type) {
   const std::size_t esize = size_of(type);

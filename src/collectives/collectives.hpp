@@ -151,6 +151,8 @@ class Collectives {
   std::chrono::milliseconds watchdog_;  // ANVIEW_WATCHDOG
   StallReporter* reporter_ = nullptr;
   FlightRecorder recorder_;  // ANVIEW_FLIGHT_RECORDER
+  // After recorder_: unregisters before the recorder it reads goes away.
+  base::metrics::Group metrics_;
   // The measured costs, agreed by all ranks; read by algorithm() from any thread.
   mutable std::mutex model_mu_;
   std::optional<CostModel> model_;  // written only by the collectives' thread

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <exception>
+#include <thread>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -15,98 +17,231 @@ namespace {
 
 const base::Setting recorder_setting(
     "collectives", "ANVIEW_FLIGHT_RECORDER", "1024",
-    "Collectives each communicator's flight recorder remembers for its dumps (0: off)");
+    "Collectives each communicator's flight recorder remembers for its dumps, metrics and "
+    "trace (0: off)");
 
-double seconds(base::Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
+constexpr auto relaxed = std::memory_order_relaxed;
+
+std::int64_t steady_ns(base::Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 }  // namespace
+
+// The writer's side of an entry's seqlock: odd version while it changes the fields.
+class FlightRecorder::Writing {
+ public:
+  explicit Writing(Entry& e) : e_(e), version_(e.version.load(relaxed)) {
+    e_.version.store(version_ + 1, relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  ~Writing() { e_.version.store(version_ + 2, std::memory_order_release); }
+  Writing(const Writing&) = delete;
+  Writing& operator=(const Writing&) = delete;
+
+ private:
+  Entry& e_;
+  std::uint64_t version_;
+};
 
 FlightRecorder::FlightRecorder()
     : FlightRecorder(
           static_cast<std::size_t>(std::max<std::int64_t>(recorder_setting.as_int(), 0))) {}
 
-FlightRecorder::FlightRecorder(std::size_t capacity) : entries_(capacity) {}
+FlightRecorder::FlightRecorder(std::size_t capacity)
+    : capacity_(capacity),
+      entries_(capacity > 0 ? std::make_unique<Entry[]>(capacity) : nullptr),
+      stats_(capacity > 0 ? std::make_unique<Stats[]>(max_stats) : nullptr) {}
 
 FlightRecorder::Entry* FlightRecorder::find(std::uint64_t seq) {
-  if (entries_.empty()) return nullptr;
-  Entry& e = entries_[seq % entries_.size()];
-  return e.seq == seq ? &e : nullptr;
+  if (capacity_ == 0) return nullptr;
+  Entry& e = entries_[seq % capacity_];
+  return e.seq.load(relaxed) == seq ? &e : nullptr;
 }
 
 void FlightRecorder::begin(std::uint64_t seq, const char* name, std::size_t bytes, int root) {
-  if (entries_.empty()) return;
-  const auto now = base::Clock::now();
-  std::lock_guard lock(mu_);
-  Entry& e = entries_[seq % entries_.size()];
-  e.seq = seq;
-  e.name = name;
-  e.bytes = bytes;
-  e.root = root;
-  e.peer = -1;
-  e.state = State::running;
-  e.start = now;
-  e.end = {};
-  e.algorithm.clear();
-  e.note.clear();
+  if (capacity_ == 0) return;
+  const std::int64_t now = steady_ns(base::Clock::now());
+  Entry& e = entries_[seq % capacity_];
+  {
+    Writing w(e);
+    e.seq.store(seq, relaxed);
+    e.name.store(name, relaxed);
+    e.bytes.store(bytes, relaxed);
+    e.root.store(root, relaxed);
+    e.peer.store(-1, relaxed);
+    e.state.store(static_cast<std::uint8_t>(State::running), relaxed);
+    e.start_ns.store(now, relaxed);
+    e.end_ns.store(0, relaxed);
+    for (auto& word : e.algorithm) word.store(0, relaxed);
+  }
+  if (has_notes_.load(relaxed) && seq > capacity_) {  // drop the notes of overwritten entries
+    std::lock_guard lock(notes_mu_);
+    notes_.erase(notes_.begin(), notes_.upper_bound(seq - capacity_));
+    has_notes_.store(!notes_.empty(), relaxed);
+  }
 }
 
 void FlightRecorder::algorithm(std::uint64_t seq, std::string_view algorithm) {
-  std::lock_guard lock(mu_);
-  if (Entry* e = find(seq)) e->algorithm = algorithm;
+  Entry* e = find(seq);
+  if (e == nullptr) return;
+  std::array<std::uint64_t, algorithm_words> words{};
+  std::memcpy(words.data(), algorithm.data(),
+              std::min(algorithm.size(), sizeof words - 1));  // keeps a NUL at the end
+  Writing w(*e);
+  for (std::size_t i = 0; i < algorithm_words; ++i) e->algorithm[i].store(words[i], relaxed);
+}
+
+void FlightRecorder::set_note(std::uint64_t seq, const std::string& note) {
+  std::lock_guard lock(notes_mu_);
+  notes_[seq] = note;
+  has_notes_.store(true, relaxed);
+}
+
+std::string FlightRecorder::note(std::uint64_t seq) const {
+  std::lock_guard lock(notes_mu_);
+  const auto it = notes_.find(seq);
+  return it == notes_.end() ? std::string() : it->second;
 }
 
 void FlightRecorder::stalled(std::uint64_t seq, int peer, const std::string& waiting_for) {
-  std::lock_guard lock(mu_);
-  if (Entry* e = find(seq)) {
-    e->state = State::stalled;
-    e->peer = peer;
-    e->note = waiting_for;
+  Entry* e = find(seq);
+  if (e == nullptr) return;
+  set_note(seq, waiting_for);
+  {
+    Writing w(*e);
+    e->state.store(static_cast<std::uint8_t>(State::stalled), relaxed);
+    e->peer.store(peer, relaxed);
   }
+  if constexpr (base::metrics::enabled) base::metrics::bump(stats_for(*e).stalls);
 }
 
 void FlightRecorder::resumed(std::uint64_t seq) {
-  std::lock_guard lock(mu_);
-  if (Entry* e = find(seq); e != nullptr && e->state == State::stalled) {
-    e->state = State::running;
-    e->note.clear();
+  Entry* e = find(seq);
+  if (e == nullptr || e->state.load(relaxed) != static_cast<std::uint8_t>(State::stalled)) return;
+  {
+    Writing w(*e);
+    e->state.store(static_cast<std::uint8_t>(State::running), relaxed);
   }
+  std::lock_guard lock(notes_mu_);
+  notes_.erase(seq);
 }
 
 void FlightRecorder::failed(std::uint64_t seq, const std::string& cause) {
-  std::lock_guard lock(mu_);
-  if (Entry* e = find(seq); e != nullptr && e->state != State::failed) {
-    e->state = State::failed;
-    e->note = cause;
-  }
+  Entry* e = find(seq);
+  if (e == nullptr || e->state.load(relaxed) == static_cast<std::uint8_t>(State::failed)) return;
+  set_note(seq, cause);
+  Writing w(*e);
+  e->state.store(static_cast<std::uint8_t>(State::failed), relaxed);
 }
 
 void FlightRecorder::end(std::uint64_t seq, bool failed) {
-  if (entries_.empty()) return;
+  Entry* e = find(seq);
+  if (e == nullptr) return;
   const auto now = base::Clock::now();
-  base::Trace* trace = base::Trace::active();
-  std::string name, args;
-  base::Clock::time_point start;
+  const bool was_failed = e->state.load(relaxed) == static_cast<std::uint8_t>(State::failed);
+  if (failed && !was_failed) set_note(seq, "the call threw before its algorithm ran");
   {
-    std::lock_guard lock(mu_);
-    Entry* e = find(seq);
-    if (e == nullptr) return;
-    e->end = now;
-    if (e->state != State::failed) {
-      e->state = failed ? State::failed : State::done;
-      e->note = failed ? "the call threw before its algorithm ran" : "";
-    }
-    if (trace == nullptr) return;
-    name = e->name;
-    start = e->start;
-    args = "\"seq\":" + std::to_string(seq) + ",\"bytes\":" + std::to_string(e->bytes);
-    if (e->root >= 0) args += ",\"root\":" + std::to_string(e->root);
-    if (!e->algorithm.empty()) args += ",\"algorithm\":" + base::Trace::quoted(e->algorithm);
-    args += ",\"state\":\"" + std::string(to_string(e->state)) + "\"";
-    if (e->state == State::failed) args += ",\"error\":" + base::Trace::quoted(e->note);
+    Writing w(*e);
+    e->end_ns.store(steady_ns(now), relaxed);
+    e->state.store(static_cast<std::uint8_t>(failed || was_failed ? State::failed : State::done),
+                   relaxed);
   }
-  trace->add(base::Trace::Track::collectives, name, start, now, args);
+  if constexpr (base::metrics::enabled) {
+    Stats& st = stats_for(*e);
+    base::metrics::bump(st.calls);
+    base::metrics::bump(st.bytes, e->bytes.load(relaxed));
+    if (failed || was_failed) base::metrics::bump(st.failed);
+    st.latency.observe(std::chrono::nanoseconds(steady_ns(now) - e->start_ns.load(relaxed)));
+  }
+  if (base::Trace* trace = base::Trace::active()) {
+    Snapshot s;
+    if (!read(*e, s)) return;
+    std::string args = "\"seq\":" + std::to_string(seq) + ",\"bytes\":" + std::to_string(s.bytes);
+    if (s.root >= 0) args += ",\"root\":" + std::to_string(s.root);
+    if (!s.algorithm.empty()) args += ",\"algorithm\":" + base::Trace::quoted(s.algorithm);
+    args += ",\"state\":\"" + std::string(to_string(s.state)) + "\"";
+    if (s.state == State::failed) args += ",\"error\":" + base::Trace::quoted(note(seq));
+    trace->add(base::Trace::Track::collectives, s.name,
+               now - std::chrono::nanoseconds(s.end_ns - s.start_ns), now, args);
+  }
+}
+
+bool FlightRecorder::read(const Entry& e, Snapshot& out) const {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const std::uint64_t before = e.version.load(std::memory_order_acquire);
+    if ((before & 1) != 0) {
+      std::this_thread::yield();
+      continue;
+    }
+    out.seq = e.seq.load(relaxed);
+    out.name = e.name.load(relaxed);
+    out.bytes = e.bytes.load(relaxed);
+    out.root = e.root.load(relaxed);
+    out.peer = e.peer.load(relaxed);
+    out.state = static_cast<State>(e.state.load(relaxed));
+    out.start_ns = e.start_ns.load(relaxed);
+    out.end_ns = e.end_ns.load(relaxed);
+    std::array<std::uint64_t, algorithm_words> words;
+    for (std::size_t i = 0; i < algorithm_words; ++i) words[i] = e.algorithm[i].load(relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e.version.load(relaxed) != before) continue;
+    const char* text = reinterpret_cast<const char*>(words.data());
+    out.algorithm.assign(text, ::strnlen(text, sizeof words));
+    return out.seq != 0;
+  }
+  return false;  // the writer kept changing it: a dump skips the entry
+}
+
+FlightRecorder::Stats& FlightRecorder::stats_for(const Entry& e) {
+  const char* name = e.name.load(relaxed);
+  AlgorithmWords words;
+  for (std::size_t i = 0; i < algorithm_words; ++i) words[i] = e.algorithm[i].load(relaxed);
+  const std::size_t n = stats_count_.load(relaxed);  // only this thread adds
+  const auto same = [&](const Stats& st) {
+    return (st.name == name || std::strcmp(st.name, name) == 0) && st.words == words;
+  };
+  if (last_stats_ < n && same(stats_[last_stats_])) return stats_[last_stats_];
+  for (std::size_t i = 0; i < n; ++i) {
+    if (same(stats_[i])) {
+      last_stats_ = i;
+      return stats_[i];
+    }
+  }
+  if (n == max_stats) return stats_[max_stats - 1];  // more kinds than ever seen: lumped
+  Stats& st = stats_[n];
+  st.name = name;
+  st.words = words;
+  const char* text = reinterpret_cast<const char*>(words.data());
+  st.algorithm.assign(text, ::strnlen(text, sizeof words));
+  stats_count_.store(n + 1, std::memory_order_release);
+  last_stats_ = n;
+  return st;
+}
+
+void FlightRecorder::collect_metrics(base::metrics::Sink& sink,
+                                     const base::metrics::Labels& labels) const {
+  const std::size_t n = stats_count_.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Stats& st = stats_[i];
+    base::metrics::Labels l = labels;
+    l.emplace_back("op", st.name);
+    l.emplace_back("algorithm", st.algorithm.empty() ? "none" : st.algorithm);
+    const auto value = [](const std::atomic<std::uint64_t>& c) {
+      return static_cast<double>(c.load(relaxed));
+    };
+    sink.counter("anview_collective_calls_total", "Collective calls ended (done or failed)", l,
+                 value(st.calls));
+    sink.counter("anview_collective_bytes_total", "Bytes this rank contributed to collectives", l,
+                 value(st.bytes));
+    sink.counter("anview_collective_errors_total", "Collective calls that failed", l,
+                 value(st.failed));
+    sink.counter("anview_collective_stall_reports_total",
+                 "Times a collective waited past ANVIEW_WATCHDOG (hang doctor reports)", l,
+                 value(st.stalls));
+    sink.histogram("anview_collective_latency_seconds", "Duration of collective calls", l,
+                   st.latency);
+  }
 }
 
 const char* FlightRecorder::to_string(State state) {
@@ -125,32 +260,33 @@ const char* FlightRecorder::to_string(State state) {
 
 nlohmann::ordered_json FlightRecorder::to_json() const {
   // Wall-clock times from the steady clock's: now on both, minus the age.
-  const auto steady_now = base::Clock::now();
+  const std::int64_t steady_now = steady_ns(base::Clock::now());
   const double wall_now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  std::lock_guard lock(mu_);
-  std::vector<const Entry*> used;
-  used.reserve(entries_.size());
-  for (const Entry& e : entries_)
-    if (e.seq != 0) used.push_back(&e);
+  std::vector<Snapshot> used;
+  for (std::size_t i = 0; i < capacity_; ++i) {
+    Snapshot s;
+    if (read(entries_[i], s)) used.push_back(std::move(s));
+  }
   std::sort(used.begin(), used.end(),
-            [](const Entry* a, const Entry* b) { return a->seq < b->seq; });
+            [](const Snapshot& a, const Snapshot& b) { return a.seq < b.seq; });
   auto out = nlohmann::ordered_json::array();
-  for (const Entry* e : used) {
-    const bool open = e->state == State::running || e->state == State::stalled;
-    nlohmann::ordered_json j{{"seq", e->seq},
-                             {"op", e->name},
-                             {"bytes", e->bytes},
-                             {"state", to_string(e->state)},
-                             {"started", wall_now - seconds(steady_now - e->start)},
-                             {"duration_s", seconds((open ? steady_now : e->end) - e->start)}};
-    if (e->root >= 0) j["root"] = e->root;
-    if (!e->algorithm.empty()) j["algorithm"] = e->algorithm;
-    if (e->state == State::stalled) {
-      j["waiting_for"] = e->note;
-      if (e->peer >= 0) j["peer"] = e->peer;
+  for (const Snapshot& s : used) {
+    const bool open = s.state == State::running || s.state == State::stalled;
+    nlohmann::ordered_json j{
+        {"seq", s.seq},
+        {"op", s.name},
+        {"bytes", s.bytes},
+        {"state", to_string(s.state)},
+        {"started", wall_now - static_cast<double>(steady_now - s.start_ns) * 1e-9},
+        {"duration_s", static_cast<double>((open ? steady_now : s.end_ns) - s.start_ns) * 1e-9}};
+    if (s.root >= 0) j["root"] = s.root;
+    if (!s.algorithm.empty()) j["algorithm"] = s.algorithm;
+    if (s.state == State::stalled) {
+      j["waiting_for"] = note(s.seq);
+      if (s.peer >= 0) j["peer"] = s.peer;
     }
-    if (e->state == State::failed) j["error"] = e->note;
+    if (s.state == State::failed) j["error"] = note(s.seq);
     out.push_back(std::move(j));
   }
   return out;

@@ -1,16 +1,22 @@
 // The flight recorder: a bounded ring of a communicator's latest collectives
-// (ANVIEW_FLIGHT_RECORDER entries, default 1024; 0: off). Each entry says what the call was
-// (sequence number, kind, bytes, root, algorithm), when it started and ended, and how it stands:
-// running, stalled (waiting past the watchdog interval, for whom and what), done or failed (and
-// why). The core dumps it as JSON on errors, on the hang doctor's reports, on SIGUSR1 and on
-// request.
+// (ANVIEW_FLIGHT_RECORDER entries, default 1024; 0: off, and with it the collectives' metrics and
+// trace events). Each entry says what the call was (sequence number, kind, bytes, root, algorithm),
+// when it started and ended, and how it stands: running, stalled (waiting past the watchdog
+// interval, for whom and what), done or failed (and why). The core dumps it as JSON on errors, on
+// the hang doctor's reports, on SIGUSR1 and on request.
 //
-// The collectives' thread writes it; a dump reads it from another thread, so every access
-// takes the mutex (uncontended: a few tens of nanoseconds per call).
+// One thread writes it (the communicator's collectives run one at a time); a dump or a metrics
+// scrape reads it from another. A call costs two clock reads and plain stores: each entry is a
+// seqlock of relaxed atomics (a reader retries while the writer is inside), and the texts of
+// the rare stalled and failed calls sit in a small map under a mutex.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -19,6 +25,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/clock.hpp"
+#include "base/metrics.hpp"
 
 namespace anview::collectives {
 
@@ -30,10 +37,11 @@ class FlightRecorder {
   FlightRecorder();
   explicit FlightRecorder(std::size_t capacity);
 
-  bool enabled() const { return !entries_.empty(); }
+  bool enabled() const { return capacity_ > 0; }
 
   // A call began (`seq` grows by one per call of the communicator).
   void begin(std::uint64_t seq, const char* name, std::size_t bytes, int root);
+  // The algorithm it runs (names longer than 23 characters are cut).
   void algorithm(std::uint64_t seq, std::string_view algorithm);
   // Waiting past the watchdog interval for communicator rank `peer` (-1: several or unknown).
   void stalled(std::uint64_t seq, int peer, const std::string& waiting_for);
@@ -49,24 +57,64 @@ class FlightRecorder {
 
   static const char* to_string(State state);
 
- private:
-  struct Entry {
-    std::uint64_t seq = 0;  // 0: never used
-    const char* name = "";
-    std::size_t bytes = 0;
-    int root = -1;
-    int peer = -1;
-    State state = State::running;
-    base::Clock::time_point start{};
-    base::Clock::time_point end{};
-    std::string algorithm;
-    std::string note;  // what a stalled call waits for, or why a call failed
-  };
-  // The entry of `seq` while the ring still holds it, else null (mu_ held).
-  Entry* find(std::uint64_t seq);
+  // Metrics of the calls ended so far, per kind and algorithm: calls, bytes, failures, stall
+  // reports and a latency histogram (metrics.hpp), each with `labels`.
+  void collect_metrics(base::metrics::Sink& sink, const base::metrics::Labels& labels) const;
 
-  mutable std::mutex mu_;
-  std::vector<Entry> entries_;
+ private:
+  static constexpr std::size_t algorithm_words = 3;  // 24 bytes, NUL-terminated
+  struct Entry {
+    std::atomic<std::uint64_t> version{0};  // odd while the writer is changing the entry
+    std::atomic<std::uint64_t> seq{0};      // 0: never used
+    std::atomic<const char*> name{""};      // a string literal
+    std::atomic<std::uint64_t> bytes{0};
+    std::atomic<std::int32_t> root{-1};
+    std::atomic<std::int32_t> peer{-1};
+    std::atomic<std::uint8_t> state{0};
+    std::atomic<std::int64_t> start_ns{0};  // steady clock
+    std::atomic<std::int64_t> end_ns{0};
+    std::array<std::atomic<std::uint64_t>, algorithm_words> algorithm{};
+  };
+  // What a reader copies out of an entry.
+  struct Snapshot {
+    std::uint64_t seq;
+    const char* name;
+    std::uint64_t bytes;
+    int root, peer;
+    State state;
+    std::int64_t start_ns, end_ns;
+    std::string algorithm;
+  };
+  // The writer's side of the seqlock.
+  class Writing;
+
+  Entry* find(std::uint64_t seq);  // the entry of `seq` while the ring holds it, else null
+  bool read(const Entry& e, Snapshot& out) const;  // false: unused or changed meanwhile
+  void set_note(std::uint64_t seq, const std::string& note);
+  std::string note(std::uint64_t seq) const;
+
+  using AlgorithmWords = std::array<std::uint64_t, algorithm_words>;
+  struct Stats {
+    const char* name = "";   // a string literal
+    AlgorithmWords words{};  // the algorithm as stored in entries: compared word by word
+    std::string algorithm;
+    std::atomic<std::uint64_t> calls{0}, bytes{0}, failed{0}, stalls{0};
+    base::metrics::Histogram latency;
+  };
+  // The writer's: the entry's kind and algorithm (read without the seqlock: it wrote them).
+  Stats& stats_for(const Entry& e);
+
+  std::size_t capacity_;
+  std::unique_ptr<Entry[]> entries_;
+  // Notes (what a stalled call waits for, why a call failed) by seq, of entries still held.
+  mutable std::mutex notes_mu_;
+  std::map<std::uint64_t, std::string> notes_;
+  std::atomic<bool> has_notes_{false};
+  // Per kind and algorithm: published by `stats_count_` (release), never moved.
+  static constexpr std::size_t max_stats = 64;
+  std::unique_ptr<Stats[]> stats_;
+  std::atomic<std::size_t> stats_count_{0};
+  std::size_t last_stats_ = 0;  // programs repeat one call: checked first
 };
 
 // A call's handle on its entry (a member of Call): the call that began owns it and ends the

@@ -1,20 +1,12 @@
 #include "collectives/watchdog.hpp"
 
-#include "base/config.hpp"
+#include "base/timeouts.hpp"
 #include "collectives/algorithms.hpp"
 
 namespace anview::collectives {
-namespace {
-
-const base::Setting watchdog_setting(
-    "collectives", "ANVIEW_WATCHDOG", "60s",
-    "When a collective has waited this long for a peer, the ranks compare notes through the "
-    "store and log who is stuck (0: off)");
-
-}  // namespace
 
 std::chrono::milliseconds watchdog_interval() {
-  return watchdog_setting.as_duration();
+  return base::watchdog_setting().as_duration();
 }
 
 StallClock::StallClock(const Call& call, base::Clock::time_point start)

@@ -12,6 +12,7 @@
 #include "bootstrap/launch_env.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/dump_service.hpp"
+#include "core/metrics_server.hpp"
 #include "core/peer_exchange.hpp"
 
 namespace anview {
@@ -58,19 +59,26 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
       .world_size = size,
       .job_id = agree_on_job_id(store_, options.store_prefix, rank, timeout),
       .host_id = bootstrap::host_id(),
-      .timeout = timeout};
+      .timeout = timeout,
+      .name = options.store_prefix};
   messenger_ = std::make_shared<p2p::Messenger>(config);
   doctor_ = std::make_unique<HangDoctor>(store_, prefix_, rank, size);
   collectives_ = std::make_unique<collectives::Collectives>(*messenger_);
   collectives_->set_stall_reporter(doctor_.get());
+  messenger_->set_stall_hook([doctor = doctor_.get()](const std::string& report) {
+    doctor->remember(report);  // the messenger logged it
+    DumpService::instance().write(report);
+  });
   const auto peers =
       exchange_peer_info(store_, options.store_prefix, messenger_->self_info(), size, timeout);
   messenger_->connect(peers);
   dump_source_ = DumpService::instance().add([this] { return state(); });
   if (base::Trace* trace = base::Trace::active()) trace->open(config.job_id, rank);
+  MetricsServer::instance().attach(rank);
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
+  MetricsServer::instance().detach();
   DumpService::instance().remove(dump_source_);
   worker_.reset();  // its collectives use collectives_ and the messenger
   messenger_->shutdown();

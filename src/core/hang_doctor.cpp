@@ -114,8 +114,12 @@ void HangDoctor::stalled(const collectives::Call& call, std::chrono::millisecond
 
 void HangDoctor::report(std::string text) {
   base::log("doctor", base::LogLevel::warn, text);
+  remember(std::move(text));
+}
+
+void HangDoctor::remember(std::string report) {
   std::lock_guard lock(mu_);
-  last_report_ = std::move(text);
+  last_report_ = std::move(report);
 }
 
 std::string HangDoctor::last_report() const {

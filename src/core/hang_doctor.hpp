@@ -28,8 +28,10 @@ class HangDoctor final : public collectives::StallReporter {
   void stalled(const collectives::Call& call, std::chrono::milliseconds waited, int peer,
                const std::string& waiting_for) noexcept override;
   void resumed(const collectives::Call& call) noexcept override;
-  // The latest report (for the dumps); empty before the first.
+  // The latest report (for the dumps); empty before the first. remember() keeps one made
+  // elsewhere (a point-to-point wait's, logged by the messenger).
   std::string last_report() const;
+  void remember(std::string report);
 
   // The report for `operation` on this rank, from the notes of every rank (one per rank, empty
   // where a rank wrote none). Exposed for tests.

@@ -6,6 +6,7 @@
 
 #include "base/config.hpp"
 #include "base/log.hpp"
+#include "base/timeouts.hpp"
 #include "p2p/protocol.hpp"
 #include "transport/registry.hpp"
 #include "transport/self/self_transport.hpp"
@@ -53,6 +54,7 @@ Messenger::Messenger(const MessengerConfig& config)
           std::clamp<std::int64_t>(chunk_setting.as_int(), 4096, transport::max_frame_payload))),
       spin_(std::chrono::microseconds(spin_setting.as_int())) {
   if (base::Trace* t = base::Trace::active(); t != nullptr && t->transfers()) trace_ = t;
+  watchdog_ = base::watchdog_setting().as_duration();
   if (eager_bytes_ > transport::max_frame_payload) eager_bytes_ = transport::max_frame_payload;
   const transport::TransportContext context{.rank = config.rank,
                                             .world_size = config.world_size,
@@ -63,6 +65,7 @@ Messenger::Messenger(const MessengerConfig& config)
                                             .sink = this};
   self_ = std::make_unique<transport::self::SelfTransport>(context);
   transports_ = transport::create_transports(context);
+  metrics_ = base::metrics::Group([this](base::metrics::Sink& sink) { collect_metrics(sink); });
 }
 
 Messenger::~Messenger() {
@@ -154,9 +157,16 @@ bool Messenger::send_now(const void* data, std::size_t bytes, int peer, Tag tag)
     return false;
   }
   Lock lock(mu_);
-  const PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   const bool sent = !closed_ && !ps.failure && ps.transport != nullptr &&
                     ps.transport->try_send_now(peer, eager_header(bytes, tag), data);
+  if constexpr (base::metrics::enabled) {
+    if (sent) {
+      auto& st = peers_[static_cast<std::size_t>(peer)].stats;
+      ++st.sent_messages;
+      st.sent_bytes += bytes;
+    }
+  }
   if (sent && trace_ != nullptr) {
     const auto now = base::Clock::now();
     trace_->add(base::Trace::Track::p2p, "send", now, now,
@@ -180,7 +190,8 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
   req->send_data = static_cast<const char*>(data);
   req->send_bytes = bytes;
   req->status = Status{config_.rank, tag, bytes};
-  if (trace_ != nullptr) req->posted = base::Clock::now();
+  if (trace_ != nullptr || (base::metrics::enabled && bytes > eager_bytes_))
+    req->posted = base::Clock::now();
   Completions completed;
   {
     Lock lock(mu_);
@@ -234,7 +245,8 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
     throw request_error(*req, ErrorKind::usage, "null buffer with a non-zero capacity");
   req->recv_data = static_cast<char*>(data);
   req->capacity = capacity;
-  if (trace_ != nullptr) req->posted = base::Clock::now();
+  if (trace_ != nullptr || (base::metrics::enabled && capacity > eager_bytes_))
+    req->posted = base::Clock::now();
   Completions completed;
   {
     Lock lock(mu_);
@@ -295,9 +307,73 @@ void Messenger::complete(RequestImpl& request, std::optional<Error> error, Reque
   }
   request.phase = RequestImpl::Phase::complete;
   request.error = std::move(error);
-  if (trace_ != nullptr && request.kind != RequestImpl::Kind::external) trace_transfer(request);
+  if (request.kind != RequestImpl::Kind::external) {
+    if constexpr (base::metrics::enabled) count(request);
+    if (trace_ != nullptr) trace_transfer(request);
+  }
   request.done.store(true, std::memory_order_release);
   completed_.push_back(ref ? std::move(ref) : request.shared_from_this());
+}
+
+void Messenger::count(const RequestImpl& request) {
+  const bool recv = request.kind == RequestImpl::Kind::recv;
+  const int peer = recv && request.status.source >= 0 ? request.status.source : request.peer;
+  if (peer < 0 || peer >= size()) return;  // a wildcard receive that never matched
+  auto& st = peers_[static_cast<std::size_t>(peer)].stats;
+  if (request.error) {
+    ++st.errors;
+    return;
+  }
+  const std::size_t bytes = request.status.bytes;
+  (recv ? st.received_messages : st.sent_messages) += 1;
+  (recv ? st.received_bytes : st.sent_bytes) += bytes;
+  if (request.posted != base::Clock::time_point{} && bytes > eager_bytes_)
+    (recv ? st.recv_latency : st.send_latency).observe(base::Clock::now() - request.posted);
+}
+
+void Messenger::collect_metrics(base::metrics::Sink& sink) const {
+  Lock lock(mu_);
+  const base::metrics::Labels base{{"rank", std::to_string(rank())}, {"comm", config_.name}};
+  for (int p = 0; p < size(); ++p) {
+    if (p == rank()) continue;
+    const PeerState& ps = peers_[static_cast<std::size_t>(p)];
+    base::metrics::Labels l = base;
+    l.emplace_back("peer", std::to_string(p));
+    l.emplace_back("transport",
+                   ps.transport != nullptr ? std::string(ps.transport->name()) : "none");
+    auto with = [&](const char* direction) {
+      auto d = l;
+      d.emplace_back("direction", direction);
+      return d;
+    };
+    const auto& st = ps.stats;
+    const char* messages_help = "Point-to-point messages completed with a peer";
+    const char* bytes_help = "Point-to-point payload bytes completed with a peer";
+    sink.counter("anview_p2p_messages_total", messages_help, with("sent"),
+                 static_cast<double>(st.sent_messages));
+    sink.counter("anview_p2p_messages_total", messages_help, with("received"),
+                 static_cast<double>(st.received_messages));
+    sink.counter("anview_p2p_bytes_total", bytes_help, with("sent"),
+                 static_cast<double>(st.sent_bytes));
+    sink.counter("anview_p2p_bytes_total", bytes_help, with("received"),
+                 static_cast<double>(st.received_bytes));
+    sink.counter("anview_p2p_errors_total", "Point-to-point requests with a peer that failed", l,
+                 static_cast<double>(st.errors));
+    const char* latency_help =
+        "Time from posting to completing a rendezvous-sized (above ANVIEW_EAGER_BYTES) request";
+    sink.histogram("anview_p2p_latency_seconds", latency_help, with("sent"), st.send_latency);
+    sink.histogram("anview_p2p_latency_seconds", latency_help, with("received"), st.recv_latency);
+    sink.gauge("anview_p2p_unexpected_bytes",
+               "Bytes from a peer held before their receive was posted (flow control: reading "
+               "pauses at ANVIEW_UNEXPECTED_BYTES)",
+               l, static_cast<double>(ps.unexpected_bytes));
+    sink.gauge("anview_p2p_reading_paused",
+               "1 while frames from a peer wait because its unexpected-message budget is full", l,
+               ps.deferred ? 1 : 0);
+    sink.gauge("anview_p2p_peer_failed", "1 once the link to a peer has failed", l,
+               ps.failure && !ps.left ? 1 : 0);
+  }
+  for (const auto& t : transports_) t->collect_metrics(sink, base);
 }
 
 void Messenger::trace_transfer(const RequestImpl& request) const {
@@ -421,10 +497,15 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
   // that is already sending end within it (a clock read costs as much as a round).
   base::Deadline deadline{}, spin_end{}, pure_spin_end{};
   bool clock_started = false;
+  // The hang doctor's watch over a user's request (a collective's steps have their own).
+  const bool watched = watchdog_.count() > 0 && to_underlying(request.tag) < reserved_tags;
+  base::Clock::time_point started{}, next_watch = base::Clock::time_point::max();
   auto start_clock = [&] {
     if (clock_started) return;
     clock_started = true;
     const auto start = base::Clock::now();
+    started = start;
+    if (watched) next_watch = start + watchdog_;
     deadline = start + timeout;
     spin_end = start + spin_;
     pure_spin_end = start + spin_ / 2;
@@ -435,6 +516,12 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
         "not complete after " + std::to_string(timeout.count()) + " ms: " + describe_wait(request));
   };
   auto done = [&] { return request.done.load(std::memory_order_acquire); };
+  // Past the next watch point (never when not watched): report, and set the next.
+  auto watch = [&](base::Clock::time_point now) {
+    if (now < next_watch || done()) return;
+    next_watch = now + watchdog_;
+    report_stall(request, std::chrono::duration_cast<std::chrono::milliseconds>(now - started));
+  };
   while (!done()) {
     if (!take_driver_role()) {
       // Someone else drives progress (and completes our request too); sleep until a
@@ -447,7 +534,9 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
           cv_.wait_for(lock, std::chrono::milliseconds(1));
         sleepers_.fetch_sub(1, std::memory_order_relaxed);
       }
-      if (!done() && base::Clock::now() >= deadline) throw timed_out();
+      const auto now = base::Clock::now();
+      if (!done() && now >= deadline) throw timed_out();
+      watch(now);
       continue;
     }
     for (int round = 0; !clock_started && round < fast_rounds && !done(); ++round) drive(0);
@@ -458,16 +547,27 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
     // the cores, the peer it waits for may need this very core.
     auto now = base::Clock::now();
     auto next_yield = now + yield_interval;
+    bool gave_up_role = false;
     for (unsigned spins = 1; !done() && now < deadline; ++spins) {
       const bool spinning = now < spin_end;
       drive(spinning ? 0 : base::ms_left(deadline, 100));
       if (spinning && spins % 16 != 0) continue;
       now = base::Clock::now();
+      if (!spinning && now >= next_watch) {
+        release_driver_role();  // the report takes locks and may write a file
+        watch(now);
+        if (!take_driver_role()) {  // another thread drives now: wait as a sleeper
+          gave_up_role = true;
+          break;
+        }
+        continue;
+      }
       if (spinning && (now >= pure_spin_end || now >= next_yield) && !done()) {
         std::this_thread::yield();
         next_yield = now + yield_interval;
       }
     }
+    if (gave_up_role) continue;
     release_driver_role();
     if (!done()) throw timed_out();
   }
@@ -527,6 +627,28 @@ void Messenger::finish_external(RequestImpl& request, std::optional<Error> error
   run_callbacks(completed);
   // A waiter may drive progress asleep in epoll: it must look at its request again.
   if (driving_.load(std::memory_order_seq_cst)) engine_.wakeup();
+}
+
+void Messenger::report_stall(const RequestImpl& request, std::chrono::milliseconds waited) {
+  std::string text;
+  {
+    Lock lock(mu_);
+    if (request.done.load(std::memory_order_acquire)) return;
+    const bool recv = request.kind == RequestImpl::Kind::recv;
+    const int peer = request.peer;
+    text =
+        "hang doctor: " + std::string(recv ? "recv" : "send") + " tag=" +
+        (request.tag == any_tag ? std::string("any") : std::to_string(to_underlying(request.tag))) +
+        (recv ? " from " : " to ") +
+        (peer == any_source ? std::string("any rank") : "rank " + std::to_string(peer)) +
+        " has waited " + std::to_string(waited.count() / 1000) + "." +
+        std::to_string(waited.count() % 1000 / 100) + " s on rank " + std::to_string(config_.rank) +
+        ": " + describe_wait(request);
+    if (peer >= 0 && peer < size() && peers_[static_cast<std::size_t>(peer)].transport != nullptr)
+      text += "; link: " + peers_[static_cast<std::size_t>(peer)].transport->describe_peer(peer);
+  }
+  base::log("p2p", base::LogLevel::warn, text);
+  if (stall_hook_) stall_hook_(text);
 }
 
 std::string Messenger::describe_wait(const RequestImpl& r) const {

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/metrics.hpp"
 #include "base/progress_engine.hpp"
 #include "base/trace.hpp"
 #include "p2p/matching.hpp"
@@ -35,6 +36,7 @@ struct MessengerConfig {
   std::uint64_t job_id = 0;
   std::string host_id;
   std::chrono::milliseconds timeout{0};
+  std::string name = "anview";  // the communicator, in metrics labels (its store prefix)
 };
 
 // Requests completed in one lock round, taken out under the lock so their callbacks can run
@@ -63,6 +65,7 @@ class Messenger final : public transport::FrameSink,
   int rank() const { return config_.rank; }
   int size() const { return config_.world_size; }
   const std::string& host_id() const { return config_.host_id; }
+  const std::string& name() const { return config_.name; }
   std::chrono::milliseconds default_timeout() const { return config_.timeout; }
 
   // Bootstrap: what this rank publishes, then connecting to everyone (blocks until every link
@@ -135,6 +138,12 @@ class Messenger final : public transport::FrameSink,
   // memory that cannot be read). Pending operations with it fail with `error`.
   void fail_peer(int peer, const Error& error);
 
+  // Called (on the waiting thread, without locks) with the report each time a blocking wait
+  // on a point-to-point request has gone another ANVIEW_WATCHDOG interval; set before use.
+  void set_stall_hook(std::function<void(const std::string&)> hook) {
+    stall_hook_ = std::move(hook);
+  }
+
   std::string transport_name(int peer) const;
   std::string describe_peer(int peer) const;
   // Why the registry chose that transport (or why none reaches the peer).
@@ -157,6 +166,13 @@ class Messenger final : public transport::FrameSink,
     RequestPtr eager_target;                     // receive the current eager frame lands in
     UnexpectedQueue::Iterator eager_unexpected;  // or the unexpected entry it fills
     bool eager_to_unexpected = false;
+    // Metrics (metrics.hpp), counted under mu_.
+    struct Stats {
+      std::uint64_t sent_messages = 0, sent_bytes = 0;
+      std::uint64_t received_messages = 0, received_bytes = 0;
+      std::uint64_t errors = 0;
+      base::metrics::Histogram send_latency, recv_latency;  // rendezvous-sized requests
+    } stats;
   };
   using Lock = std::unique_lock<std::mutex>;
 
@@ -208,9 +224,18 @@ class Messenger final : public transport::FrameSink,
   std::size_t unexpected_limit_;
   std::size_t chunk_bytes_;
   std::chrono::microseconds spin_;
-  base::Trace* trace_ = nullptr;  // ANVIEW_TRACE at the transfers level, else null
+  base::Trace* trace_ = nullptr;        // ANVIEW_TRACE at the transfers level, else null
+  std::chrono::milliseconds watchdog_;  // ANVIEW_WATCHDOG
+  std::function<void(const std::string&)> stall_hook_;
+  // The hang doctor's line for a user request waited on for `waited`: logged, then the hook.
+  void report_stall(const RequestImpl& request, std::chrono::milliseconds waited);
   // Records a completed send or receive in the trace (mu_ held).
   void trace_transfer(const RequestImpl& request) const;
+  // Counts a completed send or receive in its peer's stats (mu_ held).
+  void count(const RequestImpl& request);
+  void collect_metrics(base::metrics::Sink& sink) const;
+  // Last member: unregisters first, before what its collect function reads goes away.
+  base::metrics::Group metrics_;
   // wait() for an external request: yield, then sleep until the thread running it completes it.
   Status wait_external(RequestImpl& request, std::chrono::milliseconds timeout);
 };

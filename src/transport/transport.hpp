@@ -24,6 +24,7 @@
 
 #include "anview/error.hpp"
 #include "base/clock.hpp"
+#include "base/metrics.hpp"
 #include "base/progress_engine.hpp"
 #include "transport/frame.hpp"
 
@@ -158,6 +159,11 @@ class Transport {
   virtual void shutdown(base::Deadline deadline) = 0;
   // "127.0.0.1:4242 <-> 127.0.0.1:4711, 4 streams".
   virtual std::string describe_peer(int peer) const = 0;
+  // Per-path metrics of the links it serves (metrics.hpp), each with `labels` (rank,
+  // communicator) and its own; called with the owner's lock held, like the rest. Transports
+  // with no paths of their own (shm, self) report nothing beyond the messenger's counters.
+  virtual void collect_metrics(base::metrics::Sink& /*sink*/,
+                               const base::metrics::Labels& /*labels*/) const {}
   // One-sided reads of `peer`'s memory, if this transport offers them for that peer; the object
   // lives as long as the transport.
   virtual const PeerMemory* peer_memory(int /*peer*/) const { return nullptr; }

@@ -6,7 +6,9 @@
 // Binaries: ANVIEW_RUN_PATH and ANVIEW_P2P_CHECK_PATH (compile definitions).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -338,6 +340,75 @@ TEST(MultiprocTrace, FourRanksShareOneValidFile) {
     EXPECT_GE(allreduces[rank], 6 * 20) << "rank " << rank;  // 6 sizes (x4), 20 timed iterations
     EXPECT_GT(transfers[rank], allreduces[rank]) << "rank " << rank;
   }
+}
+
+// Two free TCP ports in a row (each rank's endpoint is ANVIEW_METRICS_PORT + its local rank).
+int free_port_pair() {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const int base = 20000 + static_cast<int>((::getpid() * 7919 + attempt * 104729) % 30000);
+    bool free = true;
+    for (int p = base; p < base + 2 && free; ++p) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<std::uint16_t>(p));
+      a.sin_addr.s_addr = htonl(INADDR_ANY);
+      free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      ::close(fd);
+    }
+    if (free) return base;
+  }
+  return 0;
+}
+
+// Scrape the metrics endpoint during a run (the metrics scenario): counters grow, the text
+// parses as the Prometheus exposition format.
+TEST(MultiprocMetrics, ScrapeDuringARun) {
+  TempDir dir;
+  const int port = free_port_pair();
+  ASSERT_GT(port, 0) << "no two free ports in a row";
+  const RunResult r =
+      run({ANVIEW_RUN_PATH, "-n", "2", "--timeout", "60", ANVIEW_P2P_CHECK_PATH, "metrics",
+           "--result-dir", dir.path().string()},
+          {"ANVIEW_METRICS_PORT=" + std::to_string(port)}, dir.path(), std::chrono::seconds(80));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("anview_p2p_check metrics: OK"), std::string::npos) << r.out;
+}
+
+// A blocking receive waiting past ANVIEW_WATCHDOG (p2p_stall): the hang doctor names the
+// receive, the rank it waits for and the link, and the dump shows the pending receive.
+void p2p_stall(const std::vector<std::string>& env) {
+  TempDir dir;
+  std::vector<std::string> all_env = {"ANVIEW_WATCHDOG=500ms", "ANVIEW_LOG_LEVEL=warn",
+                                      "ANVIEW_DUMP_DIR=" + dir.path().string()};
+  all_env.insert(all_env.end(), env.begin(), env.end());
+  const RunResult r = run({ANVIEW_RUN_PATH, "-n", "2", "--timeout", "60", ANVIEW_P2P_CHECK_PATH,
+                           "p2p_stall", "--result-dir", dir.path().string()},
+                          all_env, dir.path(), std::chrono::seconds(60));
+  SCOPED_TRACE("--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err);
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.err.find(" rank 0 p2p] warn: hang doctor: recv tag=5 from rank 1 has waited "),
+            std::string::npos);
+  EXPECT_NE(r.err.find("no matching message from rank 1 has arrived; link: "), std::string::npos);
+  int dumps = 0;
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    if (entry.path().filename().string().rfind("anview-dump-", 0) != 0) continue;
+    ++dumps;
+    const auto dump = nlohmann::json::parse(read_file(entry.path()));
+    EXPECT_EQ(dump.at("reason").get<std::string>().rfind("hang doctor: recv tag=5", 0), 0u);
+    bool pending = false;
+    for (const auto& req : dump.at("communicators").at(0).at("pending_p2p"))
+      pending = pending || (req.at("kind") == "recv" && req.at("peer") == 1 && req.at("tag") == 5);
+    EXPECT_TRUE(pending) << dump.dump();
+  }
+  EXPECT_EQ(dumps, 1) << "rank 0 dumps; rank 1 never waited";
+}
+
+TEST(MultiprocStall, HangDoctorNamesAStuckReceive) {
+  p2p_stall({});
+}
+TEST(MultiprocStall, HangDoctorNamesAStuckReceiveTcp) {
+  p2p_stall(tcp_only);
 }
 
 TEST(MultiprocStall, HangDoctorNamesTheStoppedRank) {

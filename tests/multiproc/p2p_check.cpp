@@ -1966,6 +1966,18 @@ std::string coll_stall(Job& job) {
   return cat(rounds, " allreduces, rank ", victim, " stopped for 2 s in the middle");
 }
 
+// Runs a shell command; its stdout (a non-zero exit fails the check).
+std::string run_command(const std::string& command) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  require(pipe != nullptr, "cannot run ", command);
+  std::string text;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) text.append(buf, n);
+  const int status = ::pclose(pipe);
+  require(status == 0, command, " exited with status ", status);
+  return text;
+}
+
 // dump (2 ranks): the flight recorder seen from outside. Both ranks run a few collectives;
 // rank 1 then waits in a receive nobody has sent yet. Rank 0 asks for rank 1's state with
 // `anview-info --dump PID` (ANVIEW_INFO_PATH) and finds the calls and the pending receive in
@@ -2026,14 +2038,7 @@ std::string dump(Job& job) {
     // 1. On request: by pid, and among every process of this host.
     for (const std::string& pids : {std::to_string(pid), std::string()}) {
       const std::string command = std::string(info) + " --dump " + pids;
-      FILE* pipe = ::popen(command.c_str(), "r");
-      require(pipe != nullptr, "cannot run ", command);
-      std::string text;
-      char buf[4096];
-      for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) text.append(buf, n);
-      const int status = ::pclose(pipe);
-      require(status == 0, command, " exited with status ", status);
-      const auto all = nlohmann::json::parse(text);
+      const auto all = nlohmann::json::parse(run_command(command));
       bool found_self = false, found_peer = false;
       for (const auto& d : all) {
         found_self = found_self || d.at("pid") == ::getpid();
@@ -2066,6 +2071,113 @@ std::string dump(Job& job) {
   return summary;
 }
 
+// metrics (2 ranks): rank 0 scrapes rank 1's endpoint (ANVIEW_METRICS_PORT + 1) with curl
+// between two rounds of allreduces and messages: the counters grow by what was done, and the
+// text parses with Prometheus' own parser (python3-prometheus-client) when it is installed.
+
+// The sum of the samples of `name` whose labels contain every one of `labels`.
+double sample_sum(const std::string& text, const std::string& name,
+                  const std::vector<std::string>& labels) {
+  double sum = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#' || line.rfind(name + "{", 0) != 0) continue;
+    bool all = true;
+    for (const auto& l : labels) all = all && line.find(l) != std::string::npos;
+    if (all) sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+std::string metrics(Job& job) {
+  const int me = job.rank();
+  require(job.size() == 2, "metrics runs on 2 ranks");
+  const char* port = std::getenv("ANVIEW_METRICS_PORT");
+  require(port != nullptr, "ANVIEW_METRICS_PORT must be set");
+  const std::string url = cat("http://127.0.0.1:", std::stoi(port) + 1, "/metrics");
+  constexpr int allreduces = 50, messages = 20;
+  auto round = [&] {
+    for (int i = 0; i < allreduces; ++i) {
+      std::int64_t v = me;
+      job.comm().allreduce(&v, 1, anview::DataType::int64, anview::ReduceOp::sum);
+    }
+    char byte = 'm';
+    for (int i = 0; i < messages; ++i) {
+      if (me == 0)
+        job.comm().send(&byte, 1, 1, Tag{9});
+      else
+        job.comm().recv(&byte, 1, 0, Tag{9});
+    }
+    job.comm().barrier();
+  };
+  round();
+  std::string first, second;
+  if (me == 0) first = run_command("curl -sf --max-time 10 " + url);
+  job.comm().barrier();
+  round();
+  std::string summary;
+  if (me == 0) {
+    second = run_command("curl -sf --max-time 10 " + url);
+    const std::vector<std::string> allreduce_labels = {"rank=\"1\"", "op=\"allreduce\""};
+    const double calls1 = sample_sum(first, "anview_collective_calls_total", allreduce_labels);
+    const double calls2 = sample_sum(second, "anview_collective_calls_total", allreduce_labels);
+    require(calls1 >= allreduces && calls2 - calls1 >= allreduces,
+            "rank 1's allreduce calls: ", calls1, " then ", calls2);
+    const std::vector<std::string> received = {"rank=\"1\"", "peer=\"0\"",
+                                               "direction=\"received\""};
+    const double m1 = sample_sum(first, "anview_p2p_messages_total", received);
+    const double m2 = sample_sum(second, "anview_p2p_messages_total", received);
+    require(m2 - m1 >= messages, "rank 1's received messages from rank 0: ", m1, " then ", m2);
+    require(
+        sample_sum(second, "anview_collective_latency_seconds_count", allreduce_labels) == calls2,
+        "the latency histogram counts every allreduce");
+    summary = cat("rank 1's allreduce calls ", calls1, " -> ", calls2, ", messages from rank 0 ",
+                  m1, " -> ", m2);
+    const char* result_dir =
+        job.options().result_dir.empty() ? "/tmp" : job.options().result_dir.c_str();
+    const std::string path = cat(result_dir, "/metrics-", ::getpid(), ".txt");
+    { std::ofstream(path) << second; }
+    if (::system("/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null") == 0) {
+      const std::string families = run_command(
+          "/usr/bin/python3 -c 'import sys; from prometheus_client.parser import "
+          "text_string_to_metric_families as p; print(len(list(p(sys.stdin.read()))))' < " +
+          path);
+      require(std::stoi(families) >= 10, "the Prometheus parser read ", families, " families");
+      summary += cat("; Prometheus' parser read ", std::stoi(families), " families");
+    } else {
+      summary += "; python3-prometheus-client missing: format not checked by its parser";
+    }
+    std::remove(path.c_str());
+    const auto json = nlohmann::json::parse(run_command(
+        "curl -sf --max-time 10 " + cat("http://127.0.0.1:", std::stoi(port), "/metrics.json")));
+    require(!json.at("metrics").empty(), "rank 0's /metrics.json is empty");
+  }
+  job.comm().barrier();
+  job.leave(2);
+  return summary;
+}
+
+// p2p_stall (2 ranks): rank 0 waits in a blocking receive while rank 1 sleeps 1.5 s before it
+// sends. With ANVIEW_WATCHDOG below that (set by the test), rank 0's hang doctor logs which
+// receive waits for whom, on which link, and dumps the flight recorder; then the message
+// arrives and the job ends normally.
+std::string p2p_stall(Job& job) {
+  const int me = job.rank();
+  require(job.size() == 2, "p2p_stall runs on 2 ranks");
+  job.barrier(2);
+  std::int64_t value = 0;
+  if (me == 1) {
+    std::this_thread::sleep_for(1500ms);
+    value = 77;
+    job.comm().send(&value, sizeof value, 0, Tag{5});
+  } else {
+    job.comm().recv(&value, sizeof value, 1, Tag{5}, 30s);
+    require(value == 77, "received ", value);
+  }
+  job.leave(2);
+  return "a receive waited 1.5 s for its message";
+}
+
 const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"stress", stress},
     {"wildcards", wildcards},
@@ -2081,6 +2193,8 @@ const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"coll_direct", coll_direct},
     {"coll_stall", coll_stall},
     {"dump", dump},
+    {"metrics", metrics},
+    {"p2p_stall", p2p_stall},
 };
 
 int usage(const std::string& why) {

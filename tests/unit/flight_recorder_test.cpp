@@ -136,6 +136,7 @@ TEST(FlightRecorder, CommunicatorStateShowsCallsErrorsAndPendingReceives) {
     ASSERT_EQ(state["peers"].size(), 2u);
     EXPECT_EQ(state["peers"][comm.rank()]["transport"], "self");
 
+    comm.barrier();  // both have looked before either message goes
     comm.send(&byte, 1, 1 - comm.rank(), Tag{5});
     pending.wait();
   });

@@ -90,12 +90,14 @@ void Connection::update_interest() {
 bool Connection::try_send_now(const FrameHeader& header) {
   if (!sendq_.empty() || state_ != State::established) return false;
   const ssize_t n = ::send(fd_.get(), &header, header_bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
-  return n == static_cast<ssize_t>(header_bytes);  // a partial write cannot happen for 32 bytes
+  if (n != static_cast<ssize_t>(header_bytes)) return false;  // no partial write of 32 bytes
+  bytes_sent_ += header_bytes;
+  return true;
 }
 
 void Connection::queue_send(const FrameHeader& header, const void* payload, SendDone done) {
-  sendq_.push_back(Pending{header, static_cast<const char*>(payload), header.payload_bytes, 0,
-                           std::move(done)});
+  sendq_.push_back(
+      Pending{header, static_cast<const char*>(payload), header.payload_bytes, 0, std::move(done)});
   queued_bytes_ += header_bytes + header.payload_bytes;
   if (sendq_.size() == 1) flush();
 }
@@ -126,6 +128,7 @@ void Connection::flush() {
     }
     std::size_t left = static_cast<std::size_t>(n);
     queued_bytes_ -= left;
+    bytes_sent_ += left;
     while (left > 0) {
       Pending& p = sendq_.front();
       const std::size_t rest = header_bytes + p.bytes - p.sent;
@@ -190,8 +193,8 @@ void Connection::close(const Error* error) {
 }
 
 void Connection::fail(ErrorKind kind, const std::string& cause, int err) {
-  ErrorContext context = owner_.error_context(peer_, state_ == State::established ? "transfer"
-                                                                                 : "handshake");
+  ErrorContext context =
+      owner_.error_context(peer_, state_ == State::established ? "transfer" : "handshake");
   context.cause = err ? cause + ": " + base::errno_text(err) : cause;
   owner_.on_connection_error(*this, Error(kind, std::move(context)));
 }
@@ -217,8 +220,8 @@ bool Connection::read_handshake() {
     if (n > 0) {
       rx_tail_ += static_cast<std::size_t>(n);
     } else if (n == 0) {
-      fail(ErrorKind::link, "connection closed during the handshake after " +
-                                std::to_string(rx_tail_) + " bytes");
+      fail(ErrorKind::link,
+           "connection closed during the handshake after " + std::to_string(rx_tail_) + " bytes");
       return false;
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       return false;
@@ -263,6 +266,7 @@ bool Connection::read_frames() {
       const ssize_t n = ::readv(fd_.get(), iov, 2);
       if (n > 0) {
         const auto got = static_cast<std::size_t>(n);
+        bytes_received_ += got;
         socket_drained_ = got < need + rx_capacity;
         if (got <= need) {
           landed_ += static_cast<std::uint32_t>(got);
@@ -303,6 +307,7 @@ bool Connection::read_frames() {
       // event (epoll is level-triggered) instead of paying a recv() that says EAGAIN.
       socket_drained_ = static_cast<std::size_t>(n) < rx_capacity - rx_tail_;
       rx_tail_ += static_cast<std::size_t>(n);
+      bytes_received_ += static_cast<std::size_t>(n);
       continue;
     }
     if (n == 0) {
@@ -310,9 +315,9 @@ bool Connection::read_frames() {
       reading_ = false;  // an ended stream stays readable: stop listening for it
       update_interest();
       if (buffered > 0) {
-        fail(ErrorKind::peer_lost,
-             "connection closed after a truncated frame header (" + std::to_string(buffered) +
-                 " of " + std::to_string(header_bytes) + " bytes)");
+        fail(ErrorKind::peer_lost, "connection closed after a truncated frame header (" +
+                                       std::to_string(buffered) + " of " +
+                                       std::to_string(header_bytes) + " bytes)");
       } else {
         owner_.on_connection_eof(*this);
       }
@@ -330,9 +335,9 @@ bool Connection::start_frame() {
   std::memcpy(&current_, rx_.get() + rx_head_, header_bytes);
   if (current_.reserved != 0 || current_.payload_bytes > max_frame_payload) {
     fail(ErrorKind::protocol, "bad frame header (type " + std::to_string(current_.type) +
-                                  ", reserved " + std::to_string(current_.reserved) +
-                                  ", payload " + std::to_string(current_.payload_bytes) +
-                                  " bytes, limit " + std::to_string(max_frame_payload) + ")");
+                                  ", reserved " + std::to_string(current_.reserved) + ", payload " +
+                                  std::to_string(current_.payload_bytes) + " bytes, limit " +
+                                  std::to_string(max_frame_payload) + ")");
     return false;
   }
   const Landing landing = owner_.deliver_frame(*this, current_, !must_accept_);

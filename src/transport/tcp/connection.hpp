@@ -39,6 +39,9 @@ class Connection final : public base::FdHandler {
   // this call. The payload must stay valid until `done` runs.
   void queue_send(const FrameHeader& header, const void* payload, SendDone done);
   std::size_t queued_bytes() const { return queued_bytes_; }
+  // Bytes written to and read from the socket since it was established (metrics).
+  std::uint64_t bytes_sent() const { return bytes_sent_; }
+  std::uint64_t bytes_received() const { return bytes_received_; }
 
   // Stops reading (the sink deferred a frame) or asks the transport's poller to go on.
   void pause_reading();
@@ -110,6 +113,8 @@ class Connection final : public base::FdHandler {
 
   std::deque<Pending> sendq_;
   std::size_t queued_bytes_ = 0;
+  std::uint64_t bytes_sent_ = 0;
+  std::uint64_t bytes_received_ = 0;
 
   static constexpr std::size_t rx_capacity = 64 * 1024;
   std::unique_ptr<char[]> rx_;

@@ -566,6 +566,35 @@ void TcpTransport::shutdown(base::Deadline deadline) {
       if (conn) conn->close(nullptr);
 }
 
+void TcpTransport::collect_metrics(base::metrics::Sink& sink,
+                                   const base::metrics::Labels& labels) const {
+  for (std::size_t p = 0; p < peers_.size(); ++p) {
+    for (const auto& conn : peers_[p].streams) {
+      if (!conn) continue;
+      base::metrics::Labels l = labels;
+      l.emplace_back("peer", std::to_string(p));
+      l.emplace_back("stream", std::to_string(conn->stream()));
+      l.emplace_back("path", conn->describe());
+      auto with = [&](const char* direction) {
+        auto d = l;
+        d.emplace_back("direction", direction);
+        return d;
+      };
+      sink.counter("anview_tcp_stream_bytes_total", "Bytes through a TCP stream's socket",
+                   with("sent"), static_cast<double>(conn->bytes_sent()));
+      sink.counter("anview_tcp_stream_bytes_total", "Bytes through a TCP stream's socket",
+                   with("received"), static_cast<double>(conn->bytes_received()));
+      sink.gauge("anview_tcp_stream_queued_bytes",
+                 "Bytes queued on a TCP stream that the socket has not taken yet", l,
+                 static_cast<double>(conn->queued_bytes()));
+      sink.gauge("anview_tcp_stream_reading_paused",
+                 "1 while a TCP stream is not read (the receiver's unexpected-message budget "
+                 "is full: flow control)",
+                 l, conn->paused() ? 1 : 0);
+    }
+  }
+}
+
 std::string TcpTransport::describe_peer(int peer) const {
   const PeerLink& link = peers_[static_cast<std::size_t>(peer)];
   std::string text = "tcp " + (link.address.empty() ? std::string("?") : link.address) + ", " +

@@ -37,6 +37,8 @@ class TcpTransport final : public Transport, private base::FdHandler {
   void fail_peer(int peer, const Error& error) override;
   void shutdown(base::Deadline deadline) override;
   std::string describe_peer(int peer) const override;
+  void collect_metrics(base::metrics::Sink& sink,
+                       const base::metrics::Labels& labels) const override;
 
   // --- called by Connection ---
   void on_hello(Connection& conn, const Handshake& hello);
@@ -58,13 +60,14 @@ class TcpTransport final : public Transport, private base::FdHandler {
     int eof_streams = 0;
     bool goodbye = false;  // the peer said it is leaving
     bool failed = false;
-    bool draining = false;              // reading the other streams of a dead peer
-    bool was_up = false;                // every stream was established once
-    std::optional<Error> setup_error;   // failed before it was up
+    bool draining = false;                           // reading the other streams of a dead peer
+    bool was_up = false;                             // every stream was established once
+    std::optional<Error> setup_error;                // failed before it was up
     std::unique_ptr<base::ProcessWatch> exit_watch;  // pidfd of a same-host peer
   };
   void count_established(PeerLink& link);
   void watch_process(const PeerInfo& peer);
+
  public:
   // A same-host peer's process ended: read its streams to the end, past any budget (a
   // paused reader would otherwise never see the end of a stream the dead peer's kernel
@@ -72,7 +75,6 @@ class TcpTransport final : public Transport, private base::FdHandler {
   void on_peer_process_exit(int peer);
 
  private:
-
   void on_fd_events(std::uint32_t events) override;  // the listening socket
   void accept_pending();
   bool poll_housekeeping();
