@@ -26,6 +26,9 @@ from ._anview import (  # noqa: F401  (re-exported)
     Status,
     Store,
     __version__,
+    metrics_json,
+    metrics_prometheus,
 )
 
-__all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "Error", "Request", "Status", "Store"]
+__all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "Error", "Request", "Status", "Store",
+           "metrics_json", "metrics_prometheus"]

@@ -586,7 +586,10 @@ void bind_communicator(py::module_& m) {
           [](PyCommunicator& self, const std::string& collective, std::size_t bytes) {
             return released([&] { return self.comm().explain_collective(collective, bytes); });
           },
-          py::arg("collective"), py::arg("bytes"));
+          py::arg("collective"), py::arg("bytes"))
+      .def(
+          "dump_state", [](PyCommunicator& self) { return self.comm().dump_state(); },
+          "This communicator's flight recorder, pending requests and peers, as JSON text.");
   bind_p2p(c);
   bind_collectives(c);
 }
@@ -628,4 +631,7 @@ PYBIND11_MODULE(_anview, m) {
   bind_types(m);
   bind_store(m);
   bind_communicator(m);
+  m.def("metrics_prometheus", &anview::metrics_prometheus,
+        "The process's metrics in the Prometheus text format.");
+  m.def("metrics_json", &anview::metrics_json, "The process's metrics as JSON text.");
 }

@@ -21,6 +21,11 @@ const base::Setting recorder_setting(
     "trace (0: off)");
 
 constexpr auto relaxed = std::memory_order_relaxed;
+// The seqlock without fences (ThreadSanitizer has none): the writer stores the fields with
+// release, so a reader whose acquire load sees one of them also sees the odd version stored
+// before it, and notices when it reads the version again. Plain moves on x86.
+constexpr auto release = std::memory_order_release;
+constexpr auto acquire = std::memory_order_acquire;
 
 std::int64_t steady_ns(base::Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -28,12 +33,12 @@ std::int64_t steady_ns(base::Clock::time_point t) {
 
 }  // namespace
 
-// The writer's side of an entry's seqlock: odd version while it changes the fields.
+// The writer's side of an entry's seqlock: odd version while it changes the fields (stored with
+// `release`, see above).
 class FlightRecorder::Writing {
  public:
   explicit Writing(Entry& e) : e_(e), version_(e.version.load(relaxed)) {
     e_.version.store(version_ + 1, relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
   }
   ~Writing() { e_.version.store(version_ + 2, std::memory_order_release); }
   Writing(const Writing&) = delete;
@@ -65,15 +70,15 @@ void FlightRecorder::begin(std::uint64_t seq, const char* name, std::size_t byte
   Entry& e = entries_[seq % capacity_];
   {
     Writing w(e);
-    e.seq.store(seq, relaxed);
-    e.name.store(name, relaxed);
-    e.bytes.store(bytes, relaxed);
-    e.root.store(root, relaxed);
-    e.peer.store(-1, relaxed);
-    e.state.store(static_cast<std::uint8_t>(State::running), relaxed);
-    e.start_ns.store(now, relaxed);
-    e.end_ns.store(0, relaxed);
-    for (auto& word : e.algorithm) word.store(0, relaxed);
+    e.seq.store(seq, release);
+    e.name.store(name, release);
+    e.bytes.store(bytes, release);
+    e.root.store(root, release);
+    e.peer.store(-1, release);
+    e.state.store(static_cast<std::uint8_t>(State::running), release);
+    e.start_ns.store(now, release);
+    e.end_ns.store(0, release);
+    for (auto& word : e.algorithm) word.store(0, release);
   }
   if (has_notes_.load(relaxed) && seq > capacity_) {  // drop the notes of overwritten entries
     std::lock_guard lock(notes_mu_);
@@ -89,7 +94,7 @@ void FlightRecorder::algorithm(std::uint64_t seq, std::string_view algorithm) {
   std::memcpy(words.data(), algorithm.data(),
               std::min(algorithm.size(), sizeof words - 1));  // keeps a NUL at the end
   Writing w(*e);
-  for (std::size_t i = 0; i < algorithm_words; ++i) e->algorithm[i].store(words[i], relaxed);
+  for (std::size_t i = 0; i < algorithm_words; ++i) e->algorithm[i].store(words[i], release);
 }
 
 void FlightRecorder::set_note(std::uint64_t seq, const std::string& note) {
@@ -110,8 +115,8 @@ void FlightRecorder::stalled(std::uint64_t seq, int peer, const std::string& wai
   set_note(seq, waiting_for);
   {
     Writing w(*e);
-    e->state.store(static_cast<std::uint8_t>(State::stalled), relaxed);
-    e->peer.store(peer, relaxed);
+    e->state.store(static_cast<std::uint8_t>(State::stalled), release);
+    e->peer.store(peer, release);
   }
   if constexpr (base::metrics::enabled) base::metrics::bump(stats_for(*e).stalls);
 }
@@ -121,7 +126,7 @@ void FlightRecorder::resumed(std::uint64_t seq) {
   if (e == nullptr || e->state.load(relaxed) != static_cast<std::uint8_t>(State::stalled)) return;
   {
     Writing w(*e);
-    e->state.store(static_cast<std::uint8_t>(State::running), relaxed);
+    e->state.store(static_cast<std::uint8_t>(State::running), release);
   }
   std::lock_guard lock(notes_mu_);
   notes_.erase(seq);
@@ -132,7 +137,7 @@ void FlightRecorder::failed(std::uint64_t seq, const std::string& cause) {
   if (e == nullptr || e->state.load(relaxed) == static_cast<std::uint8_t>(State::failed)) return;
   set_note(seq, cause);
   Writing w(*e);
-  e->state.store(static_cast<std::uint8_t>(State::failed), relaxed);
+  e->state.store(static_cast<std::uint8_t>(State::failed), release);
 }
 
 void FlightRecorder::end(std::uint64_t seq, bool failed) {
@@ -143,9 +148,9 @@ void FlightRecorder::end(std::uint64_t seq, bool failed) {
   if (failed && !was_failed) set_note(seq, "the call threw before its algorithm ran");
   {
     Writing w(*e);
-    e->end_ns.store(steady_ns(now), relaxed);
+    e->end_ns.store(steady_ns(now), release);
     e->state.store(static_cast<std::uint8_t>(failed || was_failed ? State::failed : State::done),
-                   relaxed);
+                   release);
   }
   if constexpr (base::metrics::enabled) {
     Stats& st = stats_for(*e);
@@ -174,18 +179,17 @@ bool FlightRecorder::read(const Entry& e, Snapshot& out) const {
       std::this_thread::yield();
       continue;
     }
-    out.seq = e.seq.load(relaxed);
-    out.name = e.name.load(relaxed);
-    out.bytes = e.bytes.load(relaxed);
-    out.root = e.root.load(relaxed);
-    out.peer = e.peer.load(relaxed);
-    out.state = static_cast<State>(e.state.load(relaxed));
-    out.start_ns = e.start_ns.load(relaxed);
-    out.end_ns = e.end_ns.load(relaxed);
+    out.seq = e.seq.load(acquire);
+    out.name = e.name.load(acquire);
+    out.bytes = e.bytes.load(acquire);
+    out.root = e.root.load(acquire);
+    out.peer = e.peer.load(acquire);
+    out.state = static_cast<State>(e.state.load(acquire));
+    out.start_ns = e.start_ns.load(acquire);
+    out.end_ns = e.end_ns.load(acquire);
     std::array<std::uint64_t, algorithm_words> words;
-    for (std::size_t i = 0; i < algorithm_words; ++i) words[i] = e.algorithm[i].load(relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (e.version.load(relaxed) != before) continue;
+    for (std::size_t i = 0; i < algorithm_words; ++i) words[i] = e.algorithm[i].load(acquire);
+    if (e.version.load(acquire) != before) continue;
     const char* text = reinterpret_cast<const char*>(words.data());
     out.algorithm.assign(text, ::strnlen(text, sizeof words));
     return out.seq != 0;

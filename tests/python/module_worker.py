@@ -195,7 +195,22 @@ def stores_and_split(comm):
         assert own.transport_name((rank + 1) % n) in ("shm", "tcp"), own.transport_name((rank + 1) % n)
 
 
-SCENARIOS = [reductions, movement, point_to_point, errors, stores_and_split]
+def observability(comm):
+    """The flight recorder and the metrics, from Python."""
+    import json
+    x = np.ones(8, np.float32)
+    comm.allreduce(x)
+    state = json.loads(comm.dump_state())
+    assert state["rank"] == comm.rank and state["size"] == comm.size, state
+    assert any(c["op"] == "allreduce" and c["state"] == "done" for c in state["collectives"]), state
+    metrics = json.loads(anview.metrics_json())["metrics"]
+    calls = [m for m in metrics if m["name"] == "anview_collective_calls_total"
+             and m["labels"]["op"] == "allreduce" and m["labels"]["rank"] == str(comm.rank)]
+    assert calls and sum(m["value"] for m in calls) >= 1, calls
+    assert "# TYPE anview_collective_calls_total counter" in anview.metrics_prometheus()
+
+
+SCENARIOS = [reductions, movement, point_to_point, errors, stores_and_split, observability]
 
 if __name__ == "__main__":
     comm = anview.Communicator.from_env(timeout=60)

@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <thread>
 
 #include "anview/anview.hpp"
 #include "support/expect_error.hpp"
@@ -88,6 +90,37 @@ TEST(FlightRecorder, CopiesOfACallDoNotEndIt) {
     EXPECT_EQ(recorder.to_json()[0]["state"], "running");
   }
   EXPECT_EQ(recorder.to_json()[0]["state"], "done");
+}
+
+// A dump taken while calls run reads each entry whole: never one call's bytes with another's
+// algorithm (the entries are seqlocks).
+TEST(FlightRecorder, ADumpDuringCallsSeesWholeEntries) {
+  FlightRecorder recorder(16);
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> calls{0};
+  std::thread writer([&] {
+    for (std::uint64_t seq = 1; !stop.load(std::memory_order_relaxed); ++seq) {
+      recorder.begin(seq, "allreduce", seq * 8, -1);
+      Recording record(&recorder, seq);
+      record.algorithm(seq % 2 == 0 ? "ring" : "recursive_doubling");
+      calls.store(seq, std::memory_order_relaxed);
+    }
+  });
+  while (calls.load(std::memory_order_relaxed) < 100) std::this_thread::yield();
+  int entries = 0;
+  for (int dump = 0; dump < 300; ++dump) {
+    for (const auto& e : recorder.to_json()) {
+      const auto seq = e["seq"].get<std::uint64_t>();
+      ASSERT_EQ(e["bytes"].get<std::uint64_t>(), seq * 8);
+      if (e.contains("algorithm")) {
+        ASSERT_EQ(e["algorithm"], seq % 2 == 0 ? "ring" : "recursive_doubling");
+      }
+      ++entries;
+    }
+  }
+  stop = true;
+  writer.join();
+  EXPECT_GT(entries, 0);
 }
 
 TEST(FlightRecorder, OffRecordsNothing) {
