@@ -201,15 +201,18 @@ FlightRecorder::Stats& FlightRecorder::stats_for(const Entry& e) {
   const char* name = e.name.load(relaxed);
   AlgorithmWords words;
   for (std::size_t i = 0; i < algorithm_words; ++i) words[i] = e.algorithm[i].load(relaxed);
-  const std::size_t n = stats_count_.load(relaxed);  // only this thread adds
-  const auto same = [&](const Stats& st) {
-    return (st.name == name || std::strcmp(st.name, name) == 0) && st.words == words;
+  const auto same_words = [&](const Stats& st) {
+    return st.words[0] == words[0] && st.words[1] == words[1] && st.words[2] == words[2];
   };
-  if (last_stats_ < n && same(stats_[last_stats_])) return stats_[last_stats_];
+  // Programs repeat one call: the last kind and algorithm, by the name's address, first.
+  if (Stats* last = last_stats_; last != nullptr && last->name == name && same_words(*last))
+    return *last;
+  const std::size_t n = stats_count_.load(relaxed);  // only this thread adds
   for (std::size_t i = 0; i < n; ++i) {
-    if (same(stats_[i])) {
-      last_stats_ = i;
-      return stats_[i];
+    Stats& st = stats_[i];
+    if ((st.name == name || std::strcmp(st.name, name) == 0) && same_words(st)) {
+      last_stats_ = &st;
+      return st;
     }
   }
   if (n == max_stats) return stats_[max_stats - 1];  // more kinds than ever seen: lumped
@@ -219,7 +222,7 @@ FlightRecorder::Stats& FlightRecorder::stats_for(const Entry& e) {
   const char* text = reinterpret_cast<const char*>(words.data());
   st.algorithm.assign(text, ::strnlen(text, sizeof words));
   stats_count_.store(n + 1, std::memory_order_release);
-  last_stats_ = n;
+  last_stats_ = &st;
   return st;
 }
 

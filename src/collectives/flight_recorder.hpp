@@ -114,7 +114,7 @@ class FlightRecorder {
   static constexpr std::size_t max_stats = 64;
   std::unique_ptr<Stats[]> stats_;
   std::atomic<std::size_t> stats_count_{0};
-  std::size_t last_stats_ = 0;  // programs repeat one call: checked first
+  Stats* last_stats_ = nullptr;  // programs repeat one call: checked first
 };
 
 // A call's handle on its entry (a member of Call): the call that began owns it and ends the
