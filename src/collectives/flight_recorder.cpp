@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/config.hpp"
+#include "base/ticks.hpp"
 #include "base/trace.hpp"
 
 namespace anview::collectives {
@@ -27,8 +28,8 @@ constexpr auto relaxed = std::memory_order_relaxed;
 constexpr auto release = std::memory_order_release;
 constexpr auto acquire = std::memory_order_acquire;
 
-std::int64_t steady_ns(base::Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+std::chrono::nanoseconds ticks_duration(std::int64_t ticks) {
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(base::ticks_to_ns(ticks)));
 }
 
 }  // namespace
@@ -56,7 +57,9 @@ FlightRecorder::FlightRecorder()
 FlightRecorder::FlightRecorder(std::size_t capacity)
     : capacity_(capacity),
       entries_(capacity > 0 ? std::make_unique<Entry[]>(capacity) : nullptr),
-      stats_(capacity > 0 ? std::make_unique<Stats[]>(max_stats) : nullptr) {}
+      stats_(capacity > 0 ? std::make_unique<Stats[]>(max_stats) : nullptr) {
+  if (capacity > 0) base::ns_per_tick();  // calibrates the ticks here, not in a call
+}
 
 FlightRecorder::Entry* FlightRecorder::find(std::uint64_t seq) {
   if (capacity_ == 0) return nullptr;
@@ -66,7 +69,7 @@ FlightRecorder::Entry* FlightRecorder::find(std::uint64_t seq) {
 
 void FlightRecorder::begin(std::uint64_t seq, const char* name, std::size_t bytes, int root) {
   if (capacity_ == 0) return;
-  const std::int64_t now = steady_ns(base::Clock::now());
+  const std::int64_t now = base::ticks();
   Entry& e = entries_[seq % capacity_];
   {
     Writing w(e);
@@ -76,8 +79,8 @@ void FlightRecorder::begin(std::uint64_t seq, const char* name, std::size_t byte
     e.root.store(root, release);
     e.peer.store(-1, release);
     e.state.store(static_cast<std::uint8_t>(State::running), release);
-    e.start_ns.store(now, release);
-    e.end_ns.store(0, release);
+    e.start_ticks.store(now, release);
+    e.end_ticks.store(0, release);
     for (auto& word : e.algorithm) word.store(0, release);
   }
   if (has_notes_.load(relaxed) && seq > capacity_) {  // drop the notes of overwritten entries
@@ -143,12 +146,12 @@ void FlightRecorder::failed(std::uint64_t seq, const std::string& cause) {
 void FlightRecorder::end(std::uint64_t seq, bool failed) {
   Entry* e = find(seq);
   if (e == nullptr) return;
-  const auto now = base::Clock::now();
+  const std::int64_t now = base::ticks();
   const bool was_failed = e->state.load(relaxed) == static_cast<std::uint8_t>(State::failed);
   if (failed && !was_failed) set_note(seq, "the call threw before its algorithm ran");
   {
     Writing w(*e);
-    e->end_ns.store(steady_ns(now), release);
+    e->end_ticks.store(now, release);
     e->state.store(static_cast<std::uint8_t>(failed || was_failed ? State::failed : State::done),
                    release);
   }
@@ -157,7 +160,7 @@ void FlightRecorder::end(std::uint64_t seq, bool failed) {
     base::metrics::bump(st.calls);
     base::metrics::bump(st.bytes, e->bytes.load(relaxed));
     if (failed || was_failed) base::metrics::bump(st.failed);
-    st.latency.observe(std::chrono::nanoseconds(steady_ns(now) - e->start_ns.load(relaxed)));
+    st.latency.observe(ticks_duration(now - e->start_ticks.load(relaxed)));
   }
   if (base::Trace* trace = base::Trace::active()) {
     Snapshot s;
@@ -167,8 +170,9 @@ void FlightRecorder::end(std::uint64_t seq, bool failed) {
     if (!s.algorithm.empty()) args += ",\"algorithm\":" + base::Trace::quoted(s.algorithm);
     args += ",\"state\":\"" + std::string(to_string(s.state)) + "\"";
     if (s.state == State::failed) args += ",\"error\":" + base::Trace::quoted(note(seq));
+    const auto wall_end = base::Clock::now();
     trace->add(base::Trace::Track::collectives, s.name,
-               now - std::chrono::nanoseconds(s.end_ns - s.start_ns), now, args);
+               wall_end - ticks_duration(s.end_ticks - s.start_ticks), wall_end, args);
   }
 }
 
@@ -185,8 +189,8 @@ bool FlightRecorder::read(const Entry& e, Snapshot& out) const {
     out.root = e.root.load(acquire);
     out.peer = e.peer.load(acquire);
     out.state = static_cast<State>(e.state.load(acquire));
-    out.start_ns = e.start_ns.load(acquire);
-    out.end_ns = e.end_ns.load(acquire);
+    out.start_ticks = e.start_ticks.load(acquire);
+    out.end_ticks = e.end_ticks.load(acquire);
     std::array<std::uint64_t, algorithm_words> words;
     for (std::size_t i = 0; i < algorithm_words; ++i) words[i] = e.algorithm[i].load(acquire);
     if (e.version.load(acquire) != before) continue;
@@ -266,8 +270,8 @@ const char* FlightRecorder::to_string(State state) {
 }
 
 nlohmann::ordered_json FlightRecorder::to_json() const {
-  // Wall-clock times from the steady clock's: now on both, minus the age.
-  const std::int64_t steady_now = steady_ns(base::Clock::now());
+  // Wall-clock times from the ticks: now on both, minus the age.
+  const std::int64_t ticks_now = base::ticks();
   const double wall_now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::vector<Snapshot> used;
@@ -285,8 +289,8 @@ nlohmann::ordered_json FlightRecorder::to_json() const {
         {"op", s.name},
         {"bytes", s.bytes},
         {"state", to_string(s.state)},
-        {"started", wall_now - static_cast<double>(steady_now - s.start_ns) * 1e-9},
-        {"duration_s", static_cast<double>((open ? steady_now : s.end_ns) - s.start_ns) * 1e-9}};
+        {"started", wall_now - base::ticks_to_ns(ticks_now - s.start_ticks) * 1e-9},
+        {"duration_s", base::ticks_to_ns((open ? ticks_now : s.end_ticks) - s.start_ticks) * 1e-9}};
     if (s.root >= 0) j["root"] = s.root;
     if (!s.algorithm.empty()) j["algorithm"] = s.algorithm;
     if (s.state == State::stalled) {

@@ -6,9 +6,10 @@
 // the hang doctor's reports, on SIGUSR1 and on request.
 //
 // One thread writes it (the communicator's collectives run one at a time); a dump or a metrics
-// scrape reads it from another. A call costs two clock reads and plain stores: each entry is a
-// seqlock of relaxed atomics (a reader retries while the writer is inside), and the texts of
-// the rare stalled and failed calls sit in a small map under a mutex.
+// scrape reads it from another. A call costs two reads of base::ticks() (the TSC where it is
+// invariant) and plain stores: each entry is a seqlock of atomics (a reader retries while the
+// writer is inside), and the texts of the rare stalled and failed calls sit in a small map
+// under a mutex.
 #pragma once
 
 #include <array>
@@ -71,8 +72,8 @@ class FlightRecorder {
     std::atomic<std::int32_t> root{-1};
     std::atomic<std::int32_t> peer{-1};
     std::atomic<std::uint8_t> state{0};
-    std::atomic<std::int64_t> start_ns{0};  // steady clock
-    std::atomic<std::int64_t> end_ns{0};
+    std::atomic<std::int64_t> start_ticks{0};  // base::ticks()
+    std::atomic<std::int64_t> end_ticks{0};
     std::array<std::atomic<std::uint64_t>, algorithm_words> algorithm{};
   };
   // What a reader copies out of an entry.
@@ -82,7 +83,7 @@ class FlightRecorder {
     std::uint64_t bytes;
     int root, peer;
     State state;
-    std::int64_t start_ns, end_ns;
+    std::int64_t start_ticks, end_ticks;
     std::string algorithm;
   };
   // The writer's side of the seqlock.

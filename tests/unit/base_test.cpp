@@ -3,14 +3,17 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include "anview/error.hpp"
 #include "base/config.hpp"
 #include "base/log.hpp"
 #include "base/progress_engine.hpp"
+#include "base/ticks.hpp"
 
 namespace anview::base {
 namespace {
@@ -60,6 +63,22 @@ TEST(Log, LineCarriesTimeRankAndComponent) {
       line, std::regex(R"(\[anview \d\d:\d\d:\d\d\.\d{6} (rank \d+|pid \d+) tcp\] warn: )"
                        R"(link to rank 2 is slow\n)")))
       << line;
+}
+
+// Ticks (the TSC where invariant) convert to the steady clock's durations.
+TEST(Ticks, DurationsMatchTheSteadyClock) {
+  const double ratio = base::ns_per_tick();
+  EXPECT_GT(ratio, 0.01);  // a 100 GHz counter at most
+  EXPECT_LT(ratio, 1000.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::int64_t c0 = base::ticks();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::int64_t c1 = base::ticks();
+  const double steady_ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  const double ticks_ns = base::ticks_to_ns(c1 - c0);
+  EXPECT_GT(ticks_ns, 0.9 * steady_ns - 1e5) << (base::ticks_are_tsc ? "tsc" : "steady clock");
+  EXPECT_LT(ticks_ns, 1.1 * steady_ns + 1e5) << (base::ticks_are_tsc ? "tsc" : "steady clock");
 }
 
 TEST(Config, SizesAcceptSuffixes) {

@@ -1,11 +1,12 @@
 // What the flight recorder and the metrics cost per collective call: the bookkeeping of one
 // call (begin, algorithm, end, as Collectives does it) in a loop. Build it twice, once with
-// -DANVIEW_METRICS=OFF, and compare BM_RecordedCall; BM_ClockRead is the floor (a call reads the
-// clock twice).
+// -DANVIEW_METRICS=OFF, and compare BM_RecordedCall; a call reads base::ticks() twice
+// (BM_Ticks; BM_ClockRead is the steady clock it replaces where the TSC is invariant).
 #include <benchmark/benchmark.h>
 
 #include "base/clock.hpp"
 #include "base/metrics.hpp"
+#include "base/ticks.hpp"
 #include "collectives/flight_recorder.hpp"
 
 namespace {
@@ -30,6 +31,12 @@ void BM_ClockRead(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(anview::base::Clock::now());
 }
 BENCHMARK(BM_ClockRead);
+
+void BM_Ticks(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(anview::base::ticks());
+  state.SetLabel(anview::base::ticks_are_tsc ? "tsc" : "steady clock");
+}
+BENCHMARK(BM_Ticks);
 
 }  // namespace
 
