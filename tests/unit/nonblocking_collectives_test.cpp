@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -117,15 +118,20 @@ TEST(NonblockingCollectives, AWaiterRunsTheNextCollectiveItself) {
       Request r = comm.iallreduce(&x, 1, DataType::float32, ReduceOp::sum);
       // Counted only when it ran inside wait() on this thread (a request already complete
       // runs its callback at once, in on_complete, which does not count).
-      std::atomic<bool> waiting{false}, on_this_thread{false};
+      // Shared with the callback: wait() returns once the request is done, and when the
+      // collective thread completed it, its callback may still be running then.
+      struct Seen {
+        std::atomic<bool> waiting{false}, on_this_thread{false};
+      };
+      auto seen = std::make_shared<Seen>();
       const auto me = std::this_thread::get_id();
-      r.on_complete([&](const Status&, const Error*) {
-        on_this_thread = waiting && std::this_thread::get_id() == me;
+      r.on_complete([seen, me](const Status&, const Error*) {
+        seen->on_this_thread = seen->waiting && std::this_thread::get_id() == me;
       });
-      waiting = true;
+      seen->waiting = true;
       r.wait();
       ASSERT_EQ(x, 2.0f);
-      ran_here += on_this_thread ? 1 : 0;
+      ran_here += seen->on_this_thread ? 1 : 0;
     }
     EXPECT_GT(ran_here, 0);
   });
