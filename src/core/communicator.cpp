@@ -85,22 +85,34 @@ CommunicatorImpl::~CommunicatorImpl() {
   if (base::Trace* trace = base::Trace::active()) trace->close();  // the last one writes it
 }
 
+namespace {
+
+// Runs a collective's job; when it fails, the flight recorder's dump is written first. Every
+// path runs jobs through it: here for a blocking call, on the worker for the others.
+void run_dumping_on_error(const std::function<void()>& job) {
+  try {
+    job();
+  } catch (const Error& e) {
+    CommunicatorImpl::dump_after(e);
+    throw;
+  }
+}
+
+std::function<void()> dumping_on_error(std::function<void()> job) {
+  return [job = std::move(job)] { run_dumping_on_error(job); };
+}
+
+}  // namespace
+
 void CommunicatorImpl::run_collective(const char* name, std::function<void()> job) {
   CollectiveWorker* worker;
   {
     std::lock_guard lock(worker_mu_);
     worker = worker_.get();
   }
-  if (worker == nullptr) {
-    try {
-      return job();
-    } catch (const Error& e) {
-      dump_after(e);
-      throw;
-    }
-  }
+  if (worker == nullptr) return run_dumping_on_error(job);  // no allocation on this path
   auto request = messenger_->external_request(name);
-  worker->submit(request, 0, std::move(job), /*caller_waits=*/true);
+  worker->submit(request, 0, dumping_on_error(std::move(job)), /*caller_waits=*/true);
   // Each step of the collective has its own deadline: wait for as long as it runs.
   for (;;) {
     try {
@@ -118,14 +130,7 @@ Request CommunicatorImpl::start_collective(const char* name, std::size_t bytes,
   {
     std::lock_guard lock(worker_mu_);
     if (!worker_) worker_ = std::make_unique<CollectiveWorker>(*messenger_);
-    worker_->submit(request, bytes, [job = std::move(job)] {
-      try {
-        job();
-      } catch (const Error& e) {
-        dump_after(e);
-        throw;
-      }
-    });
+    worker_->submit(request, bytes, dumping_on_error(std::move(job)));
   }
   return Request(std::move(request));
 }
