@@ -6,6 +6,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   iproute2 procps
+  # the multi-host lab's rate limits are measured with iperf3 (README, "The multi-host lab");
+  # its debconf question (start a daemon?) takes its default, no, under noninteractive
+  iperf3
   # anview-perf --plot draws with gnuplot (its test skips without it)
   gnuplot-nox
   # the metrics endpoint's test scrapes with curl and parses with Prometheus' own parser

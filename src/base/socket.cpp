@@ -160,13 +160,37 @@ void set_buffer_sizes(int fd, int bytes) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
 }
 
-Fd connect_tcp(const SockAddr& addr, Deadline deadline, const ErrorContext& context) {
+namespace {
+
+// A non-blocking socket for `addr`, bound to `bind_to` when given.
+Fd connecting_socket(const SockAddr& addr, const SockAddr* bind_to, const ErrorContext& c) {
+  Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) throw sys_error(ErrorKind::internal, c, "socket()", errno);
+  if (bind_to != nullptr &&
+      ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&bind_to->storage), bind_to->length) != 0)
+    throw sys_error(ErrorKind::link, c, "bind() to " + bind_to->to_string(), errno);
+  return fd;
+}
+
+}  // namespace
+
+Fd start_connect(const SockAddr& addr, const SockAddr* bind_to, const ErrorContext& context) {
+  ErrorContext c = context;
+  if (c.peer_address.empty()) c.peer_address = addr.to_string();
+  Fd fd = connecting_socket(addr, bind_to, c);
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.length) != 0 &&
+      errno != EINPROGRESS)
+    throw sys_error(ErrorKind::link, c, "connect()", errno);
+  return fd;
+}
+
+Fd connect_tcp(const SockAddr& addr, Deadline deadline, const ErrorContext& context,
+               const SockAddr* bind_to) {
   ErrorContext c = context;
   if (c.peer_address.empty()) c.peer_address = addr.to_string();
   auto backoff = std::chrono::milliseconds(2);
   for (;;) {
-    Fd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    if (!fd.valid()) throw sys_error(ErrorKind::internal, c, "socket()", errno);
+    Fd fd = connecting_socket(addr, bind_to, c);
     int err = 0;
     if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.length) != 0) {
       err = errno;

@@ -69,7 +69,14 @@ SockAddr remote_address(int fd);
 
 // Connects before the deadline, retrying refused connections (the peer may not listen yet)
 // every few milliseconds. Returns a blocking socket with TCP_NODELAY set.
-Fd connect_tcp(const SockAddr& addr, Deadline deadline, const ErrorContext& context);
+// With `bind_to`, the socket is bound to that local address first (its port 0: any), so the
+// connection leaves through that address's interface.
+Fd connect_tcp(const SockAddr& addr, Deadline deadline, const ErrorContext& context,
+               const SockAddr* bind_to = nullptr);
+// Starts a non-blocking connect (bound to `bind_to` when given) and returns the socket at once;
+// writability then tells it completed, SO_ERROR whether it worked. Raises a link Error when
+// the attempt fails at once (no route, a bad local address).
+Fd start_connect(const SockAddr& addr, const SockAddr* bind_to, const ErrorContext& context);
 
 void set_nonblocking(int fd, bool on);
 void set_nodelay(int fd);

@@ -61,12 +61,22 @@ std::vector<Interface> list_interfaces() {
             : static_cast<const void*>(
                   &reinterpret_cast<const sockaddr_in6*>(p->ifa_addr)->sin6_addr);
     if (::inet_ntop(family, raw, text, sizeof text) == nullptr) continue;
+    int prefix_len = 0;
+    if (p->ifa_netmask != nullptr && family == AF_INET) {
+      prefix_len =
+          __builtin_popcount(reinterpret_cast<const sockaddr_in*>(p->ifa_netmask)->sin_addr.s_addr);
+    } else if (p->ifa_netmask != nullptr) {
+      for (const auto byte :
+           reinterpret_cast<const sockaddr_in6*>(p->ifa_netmask)->sin6_addr.s6_addr)
+        prefix_len += __builtin_popcount(byte);
+    }
     out.push_back({.name = p->ifa_name ? p->ifa_name : "",
                    .address = text,
                    .family = family,
                    .up = (p->ifa_flags & IFF_UP) && (p->ifa_flags & IFF_RUNNING),
                    .loopback = (p->ifa_flags & IFF_LOOPBACK) != 0,
-                   .link_local = is_link_local(p->ifa_addr)});
+                   .link_local = is_link_local(p->ifa_addr),
+                   .prefix_len = prefix_len});
   }
   ::freeifaddrs(list);
   return out;

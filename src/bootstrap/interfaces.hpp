@@ -13,6 +13,7 @@ struct Interface {
   bool up = false;      // IFF_UP and IFF_RUNNING
   bool loopback = false;
   bool link_local = false;  // 169.254/16, fe80::/10
+  int prefix_len = 0;       // netmask length: 24 for 255.255.255.0
 };
 
 // Every address of every interface (getifaddrs).

@@ -1141,7 +1141,7 @@ static_assert(offsetof(hs::Handshake, magic) == 0 && offsetof(hs::Handshake, ver
               offsetof(hs::Handshake, stream) == 24 &&
               offsetof(hs::Handshake, stream_count) == 26 &&
               offsetof(hs::Handshake, reason) == 28 && sizeof(hs::Handshake) == 32);
-static_assert(hs::handshake_magic == 0x57564E41 && hs::protocol_version == 1);
+static_assert(hs::handshake_magic == 0x57564E41 && hs::protocol_version == 2);
 static_assert(sp::magic == 0x54535641 && sp::version == 1 && sp::request_header_bytes == 16 &&
               sp::reply_header_bytes == 12);
 

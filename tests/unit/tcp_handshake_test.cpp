@@ -38,9 +38,9 @@ TEST(TcpHandshake, WrongMagicIsForeignAndNotAnswered) {
 TEST(TcpHandshake, EachMismatchHasItsReason) {
   std::string why;
   Handshake h = good_hello();
-  h.version = 2;
+  h.version = 1;  // before frames carried sequence numbers
   EXPECT_EQ(check(h, nullptr, &why), RejectReason::version);
-  EXPECT_NE(why.find("version 2"), std::string::npos) << why;
+  EXPECT_NE(why.find("version 1"), std::string::npos) << why;
   h = good_hello();
   h.job_id = 78;
   EXPECT_EQ(check(h), RejectReason::job);
@@ -59,6 +59,22 @@ TEST(TcpHandshake, EachMismatchHasItsReason) {
   h = good_hello();
   h.stream = 2;
   EXPECT_EQ(check(h), RejectReason::streams);
+  h = good_hello();
+  set_path_fields(h, {.path = 2, .path_count = 2, .generation = 1});  // paths 0 and 1 only
+  EXPECT_EQ(check(h, nullptr, &why), RejectReason::streams);
+  EXPECT_NE(why.find("path 2 of 2"), std::string::npos) << why;
+}
+
+TEST(TcpHandshake, PathFieldsShareTheReasonSlotOfAHello) {
+  Handshake h = good_hello();
+  EXPECT_EQ(path_fields(h).path, 0);
+  EXPECT_EQ(path_fields(h).path_count, 1);  // a zero count (a hello from a single path) is one
+  set_path_fields(h, {.path = 1, .path_count = 3, .generation = 0xBEEF});
+  const PathFields f = path_fields(h);
+  EXPECT_EQ(f.path, 1);
+  EXPECT_EQ(f.path_count, 3);
+  EXPECT_EQ(f.generation, 0xBEEF);
+  EXPECT_EQ(check(h), RejectReason::none);
 }
 
 TEST(TcpHandshake, RejectExplanationNamesThePeerAndVersions) {
@@ -69,7 +85,7 @@ TEST(TcpHandshake, RejectExplanationNamesThePeerAndVersions) {
   const std::string text = explain_reject(reply, 5);
   EXPECT_NE(text.find("rank 5"), std::string::npos);
   EXPECT_NE(text.find("version 3"), std::string::npos);
-  EXPECT_NE(text.find("this process speaks 1"), std::string::npos);
+  EXPECT_NE(text.find("this process speaks 2"), std::string::npos);
 }
 
 }  // namespace

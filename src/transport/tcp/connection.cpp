@@ -1,5 +1,7 @@
 #include "transport/tcp/connection.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -15,7 +17,7 @@
 namespace anview::transport::tcp {
 namespace {
 
-constexpr std::size_t header_bytes = sizeof(FrameHeader);
+constexpr std::size_t header_bytes = sizeof(WireHeader);
 constexpr int max_iov = 64;
 
 const base::Setting rcvlowat_setting(
@@ -30,17 +32,54 @@ std::size_t Connection::max_low_watermark() {
   return value;
 }
 
-Connection::Connection(TcpTransport& owner, base::Fd fd, State state, int peer, int stream)
+Connection::Connection(TcpTransport& owner, base::Fd fd, State state, int peer, int stream,
+                       int path, const Handshake* hello, const std::string& remote)
     : owner_(owner),
       fd_(std::move(fd)),
       state_(state),
       peer_(peer),
       stream_(stream),
+      path_(path),
       rx_(new char[rx_capacity]) {
   base::set_nonblocking(fd_.get(), true);
   base::set_nodelay(fd_.get());
+  if (hello != nullptr) hello_ = *hello;
+  if (state_ == State::connecting) interest_ = EPOLLOUT;
   owner_.engine().add_fd(fd_.get(), interest_, this);
-  remote_ = base::remote_address(fd_.get()).to_string();
+  remote_ = state_ == State::connecting ? remote : base::remote_address(fd_.get()).to_string();
+}
+
+void Connection::finish_connect() {
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (::getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err != 0) {
+    fail(ErrorKind::link, "connect() to " + remote_ + " failed", err);
+    return;
+  }
+  if (::send(fd_.get(), &hello_, sizeof hello_, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+      static_cast<ssize_t>(sizeof hello_)) {
+    fail(ErrorKind::link, "could not send the hello to " + remote_, errno);
+    return;
+  }
+  state_ = State::awaiting_ack;
+  update_interest();
+}
+
+char* Connection::discard_landing(std::size_t bytes) {
+  if (discard_.size() < bytes) discard_.resize(bytes);
+  return discard_.data();
+}
+
+bool Connection::kernel_state(std::uint32_t* unacked_ms, std::uint32_t* rtt_us) const {
+  if (!fd_.valid()) return false;
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (::getsockopt(fd_.get(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  const bool outstanding = info.tcpi_unacked > 0 || info.tcpi_probes > 0 || info.tcpi_backoff > 0;
+  *unacked_ms = outstanding ? info.tcpi_last_ack_recv : 0;
+  *rtt_us = info.tcpi_rtt;
+  return true;
 }
 
 Connection::~Connection() {
@@ -60,6 +99,10 @@ void Connection::set_established(int peer, int stream) {
 
 void Connection::on_fd_events(std::uint32_t events) {
   if (state_ == State::closed) return;
+  if (state_ == State::connecting) {
+    if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) finish_connect();
+    return;
+  }
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) {
     if (reading_) {
       read_available();
@@ -87,7 +130,7 @@ void Connection::update_interest() {
   }
 }
 
-bool Connection::try_send_now(const FrameHeader& header) {
+bool Connection::try_send_now(const WireHeader& header) {
   if (!sendq_.empty() || state_ != State::established) return false;
   const ssize_t n = ::send(fd_.get(), &header, header_bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
   if (n != static_cast<ssize_t>(header_bytes)) return false;  // no partial write of 32 bytes
@@ -95,10 +138,11 @@ bool Connection::try_send_now(const FrameHeader& header) {
   return true;
 }
 
-void Connection::queue_send(const FrameHeader& header, const void* payload, SendDone done) {
-  sendq_.push_back(
-      Pending{header, static_cast<const char*>(payload), header.payload_bytes, 0, std::move(done)});
-  queued_bytes_ += header_bytes + header.payload_bytes;
+void Connection::queue_send(const WireHeader& header, const void* payload, SendDone done) {
+  sendq_.push_back(Pending{header, static_cast<const char*>(payload), header.frame.payload_bytes, 0,
+                           std::move(done)});
+  queued_bytes_ += header_bytes + header.frame.payload_bytes;
+  ++frames_queued_;
   if (sendq_.size() == 1) flush();
 }
 
@@ -149,6 +193,7 @@ void Connection::flush() {
   }
   for (auto& done : completed)
     if (done) done(nullptr);
+  if (!completed.empty() && state_ == State::established) owner_.on_stream_room(*this);
 }
 
 void Connection::half_close() {
@@ -181,6 +226,11 @@ void Connection::drain() {
 
 void Connection::close(const Error* error) {
   if (state_ == State::closed) return;
+  // A frame cut off in the middle: its sender sends it again on another path, and the rest
+  // must land where this part went.
+  if (in_payload_ && state_ == State::established && !is_discard(landing_))
+    owner_.on_frame_interrupted(*this, current_, landing_);
+  in_payload_ = false;
   state_ = State::closed;
   owner_.engine().remove_fd(fd_.get());
   fd_.reset();
@@ -211,7 +261,10 @@ void Connection::read_available() {
   if (state_ == State::awaiting_hello || state_ == State::awaiting_ack) {
     if (!read_handshake()) return;
   }
-  if (state_ == State::established) read_frames();
+  if (state_ == State::established) {
+    read_frames();
+    if (state_ == State::established) owner_.on_read_idle(*this);
+  }
 }
 
 bool Connection::read_handshake() {
@@ -245,13 +298,13 @@ bool Connection::read_frames() {
   while (reading_ && state_ == State::established) {
     const std::size_t buffered = rx_tail_ - rx_head_;
     if (in_payload_) {
-      const std::size_t need = current_.payload_bytes - landed_;
+      const std::size_t need = current_.frame.payload_bytes - landed_;
       if (buffered > 0) {
         const std::size_t n = std::min(buffered, need);
         std::memcpy(landing_ + landed_, rx_.get() + rx_head_, n);
         rx_head_ += n;
         landed_ += static_cast<std::uint32_t>(n);
-        if (landed_ == current_.payload_bytes) finish_frame();
+        if (landed_ == current_.frame.payload_bytes) finish_frame();
         continue;
       }
       // Read the payload straight into its landing place; whatever follows goes to rx_.
@@ -271,16 +324,17 @@ bool Connection::read_frames() {
         if (got <= need) {
           landed_ += static_cast<std::uint32_t>(got);
         } else {
-          landed_ = current_.payload_bytes;
+          landed_ = current_.frame.payload_bytes;
           rx_tail_ = got - need;
         }
-        if (landed_ == current_.payload_bytes) finish_frame();
+        if (landed_ == current_.frame.payload_bytes) finish_frame();
         continue;
       }
       if (n == 0) {
         eof_ = true;
         fail(ErrorKind::peer_lost, "connection closed in the middle of a " +
-                                       std::to_string(current_.payload_bytes) + "-byte frame");
+                                       std::to_string(current_.frame.payload_bytes) +
+                                       "-byte frame");
         return false;
       }
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
@@ -333,11 +387,11 @@ bool Connection::read_frames() {
 
 bool Connection::start_frame() {
   std::memcpy(&current_, rx_.get() + rx_head_, header_bytes);
-  if (current_.reserved != 0 || current_.payload_bytes > max_frame_payload) {
-    fail(ErrorKind::protocol, "bad frame header (type " + std::to_string(current_.type) +
-                                  ", reserved " + std::to_string(current_.reserved) + ", payload " +
-                                  std::to_string(current_.payload_bytes) + " bytes, limit " +
-                                  std::to_string(max_frame_payload) + ")");
+  if (current_.frame.reserved != 0 || current_.frame.payload_bytes > max_frame_payload) {
+    fail(ErrorKind::protocol, "bad frame header (type " + std::to_string(current_.frame.type) +
+                                  ", reserved " + std::to_string(current_.frame.reserved) +
+                                  ", payload " + std::to_string(current_.frame.payload_bytes) +
+                                  " bytes, limit " + std::to_string(max_frame_payload) + ")");
     return false;
   }
   const Landing landing = owner_.deliver_frame(*this, current_, !must_accept_);
@@ -350,7 +404,7 @@ bool Connection::start_frame() {
   landing_ = static_cast<char*>(landing.data);
   landed_ = 0;
   in_payload_ = true;
-  if (current_.payload_bytes == 0) finish_frame();
+  if (current_.frame.payload_bytes == 0) finish_frame();
   return true;
 }
 

@@ -1,5 +1,6 @@
 // One TCP stream between this rank and a peer: a send queue written with writev, and a frame
-// reader that lands payloads straight in the buffer the sink chose. Private to transport/tcp.
+// reader that lands payloads straight in the buffer the sink chose. Each stream belongs to one
+// network path (a pair of interfaces). Private to transport/tcp.
 #pragma once
 
 #include <sys/uio.h>
@@ -8,6 +9,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/progress_engine.hpp"
 #include "base/socket.hpp"
@@ -18,17 +20,36 @@ namespace anview::transport::tcp {
 
 class TcpTransport;
 
-// Frame types the transport keeps for itself (p2p uses types below 0xF0).
+// Frame types the transport keeps for itself (p2p uses types below 0xF0). They carry sequence
+// number 0: they are never sent again after a path fails.
 inline constexpr std::uint8_t frame_goodbye = 0xF0;
 // The sender gives up the link because it lost another rank (arg: that rank); it closes next.
 inline constexpr std::uint8_t frame_abort = 0xF1;
+// Multi-path acknowledgement: tag = every ordered frame up to it arrived whole, id = every data
+// chunk up to it (chunk numbers without the top bit) arrived whole.
+inline constexpr std::uint8_t frame_ack = 0xF2;
+// The sender closed path `arg` of generation `tag` and sends its unacknowledged frames again on
+// other paths; it precedes them on every stream that carries them.
+inline constexpr std::uint8_t frame_path_down = 0xF3;
+// Keeps an idle path's acknowledgements flowing, so a dead path is noticed before it is needed.
+inline constexpr std::uint8_t frame_keepalive = 0xF4;
+
+// What travels on a TCP stream: a sequence number (sequence.hpp; 0 for the transport's own
+// frames), then the frame.
+struct WireHeader {
+  std::uint64_t seq = 0;
+  FrameHeader frame;
+};
+static_assert(sizeof(WireHeader) == 40, "WireHeader is a wire format");
 
 class Connection final : public base::FdHandler {
  public:
-  enum class State { awaiting_hello, awaiting_ack, established, closed };
+  enum class State { connecting, awaiting_hello, awaiting_ack, established, closed };
 
-  // Takes ownership of a non-blocking socket and registers it with the engine.
-  Connection(TcpTransport& owner, base::Fd fd, State state, int peer, int stream);
+  // Takes ownership of a non-blocking socket and registers it with the engine. A `connecting`
+  // socket (a connect in progress) sends `hello` once connected, then awaits the ack.
+  Connection(TcpTransport& owner, base::Fd fd, State state, int peer, int stream, int path = 0,
+             const Handshake* hello = nullptr, const std::string& remote = {});
   // Largest SO_RCVLOWAT used while a payload is arriving (ANVIEW_TCP_RCVLOWAT; 0: off).
   static std::size_t max_low_watermark();
   ~Connection() override;
@@ -37,8 +58,10 @@ class Connection final : public base::FdHandler {
 
   // Queues a frame; writes at once when nothing is queued before it. `done` may run inside
   // this call. The payload must stay valid until `done` runs.
-  void queue_send(const FrameHeader& header, const void* payload, SendDone done);
+  void queue_send(const WireHeader& header, const void* payload, SendDone done);
   std::size_t queued_bytes() const { return queued_bytes_; }
+  // Frames queued since the connection was made (an idle stream's count stands still).
+  std::uint64_t frames_queued() const { return frames_queued_; }
   // Bytes written to and read from the socket since it was established (metrics).
   std::uint64_t bytes_sent() const { return bytes_sent_; }
   std::uint64_t bytes_received() const { return bytes_received_; }
@@ -62,10 +85,21 @@ class Connection final : public base::FdHandler {
   void set_established(int peer, int stream);
   int peer() const { return peer_; }
   int stream() const { return stream_; }
+  int path() const { return path_; }
+  void set_path(int path) { path_ = path; }
+  std::uint16_t generation() const { return generation_; }
+  void set_generation(std::uint16_t g) { generation_ = g; }
+  // The kernel's view of the connection (TCP_INFO): how long since the peer acknowledged
+  // anything while data waits for an acknowledgement (0 when nothing is outstanding), and the
+  // smoothed round-trip time. False when the socket cannot tell.
+  bool kernel_state(std::uint32_t* unacked_ms, std::uint32_t* rtt_us) const;
+  // A landing for a payload that is read and dropped (a duplicate frame), owned by this stream.
+  char* discard_landing(std::size_t bytes);
+  bool is_discard(const void* data) const { return data != nullptr && data == discard_.data(); }
   int fd() const { return fd_.get(); }
   // Best effort, for a link about to close: writes one header-only frame at once if nothing
   // is queued and the socket takes it whole; false otherwise (nothing was written).
-  bool try_send_now(const FrameHeader& header);
+  bool try_send_now(const WireHeader& header);
   bool eof() const { return eof_; }
   // The peer sent its goodbye on this stream: its end of stream is a clean departure.
   void mark_goodbye() { goodbye_ = true; }
@@ -74,7 +108,7 @@ class Connection final : public base::FdHandler {
 
  private:
   struct Pending {
-    FrameHeader header;
+    WireHeader header;
     const char* payload;
     std::uint32_t bytes;  // payload bytes
     std::size_t sent;     // of header + payload
@@ -82,6 +116,7 @@ class Connection final : public base::FdHandler {
   };
 
   void update_interest();
+  void finish_connect();
   void flush();
   void read_available();
   bool read_handshake();
@@ -97,6 +132,9 @@ class Connection final : public base::FdHandler {
   State state_;
   int peer_;
   int stream_;
+  int path_;
+  std::uint16_t generation_ = 0;
+  Handshake hello_{};  // sent once a `connecting` socket is connected
   bool want_write_ = false;
   bool reading_ = true;
   bool paused_ = false;
@@ -113,6 +151,7 @@ class Connection final : public base::FdHandler {
 
   std::deque<Pending> sendq_;
   std::size_t queued_bytes_ = 0;
+  std::uint64_t frames_queued_ = 0;
   std::uint64_t bytes_sent_ = 0;
   std::uint64_t bytes_received_ = 0;
 
@@ -121,7 +160,8 @@ class Connection final : public base::FdHandler {
   std::size_t rx_head_ = 0;
   std::size_t rx_tail_ = 0;
   bool in_payload_ = false;
-  FrameHeader current_{};
+  WireHeader current_{};
+  std::vector<char> discard_;
   char* landing_ = nullptr;
   std::uint32_t landed_ = 0;
 };

@@ -1,19 +1,43 @@
 #include "transport/tcp/handshake.hpp"
 
+#include <algorithm>
+
 namespace anview::transport::tcp {
 
 const char* to_string(RejectReason reason) {
   switch (reason) {
-    case RejectReason::none: return "none";
-    case RejectReason::version: return "protocol version mismatch";
-    case RejectReason::job: return "job id mismatch (a process of another job)";
-    case RejectReason::rank: return "unexpected rank";
-    case RejectReason::world_size: return "world size mismatch";
-    case RejectReason::streams: return "stream count mismatch (ANVIEW_TCP_STREAMS differs)";
-    case RejectReason::duplicate: return "duplicate connection";
-    case RejectReason::closing: return "peer is shutting down";
+    case RejectReason::none:
+      return "none";
+    case RejectReason::version:
+      return "protocol version mismatch";
+    case RejectReason::job:
+      return "job id mismatch (a process of another job)";
+    case RejectReason::rank:
+      return "unexpected rank";
+    case RejectReason::world_size:
+      return "world size mismatch";
+    case RejectReason::streams:
+      return "stream count mismatch (ANVIEW_TCP_STREAMS differs)";
+    case RejectReason::duplicate:
+      return "duplicate connection";
+    case RejectReason::closing:
+      return "peer is shutting down";
   }
   return "unknown reason";
+}
+
+PathFields path_fields(const Handshake& h) {
+  const auto raw = static_cast<std::uint32_t>(h.reason);
+  PathFields f;
+  f.path = static_cast<std::uint8_t>(raw & 0xFF);
+  f.path_count = static_cast<std::uint8_t>(std::max<std::uint32_t>((raw >> 8) & 0xFF, 1));
+  f.generation = static_cast<std::uint16_t>(raw >> 16);
+  return f;
+}
+
+void set_path_fields(Handshake& h, const PathFields& f) {
+  h.reason = static_cast<RejectReason>(std::uint32_t{f.path} | std::uint32_t{f.path_count} << 8 |
+                                       std::uint32_t{f.generation} << 16);
 }
 
 RejectReason check_hello(const Handshake& hello, const HandshakeExpectation& expected,
@@ -29,8 +53,8 @@ RejectReason check_hello(const Handshake& hello, const HandshakeExpectation& exp
     return RejectReason::version;
   }
   if (hello.kind != HandshakeKind::hello) {
-    *why = "expected a hello, got handshake kind " +
-           std::to_string(static_cast<unsigned>(hello.kind));
+    *why =
+        "expected a hello, got handshake kind " + std::to_string(static_cast<unsigned>(hello.kind));
     *foreign = true;
     return RejectReason::version;
   }
@@ -50,6 +74,12 @@ RejectReason check_hello(const Handshake& hello, const HandshakeExpectation& exp
            std::to_string(expected.my_rank);
     return RejectReason::rank;
   }
+  const PathFields path = path_fields(hello);
+  if (path.path >= path.path_count) {
+    *why = "path " + std::to_string(path.path) + " of " + std::to_string(path.path_count) +
+           " does not exist";
+    return RejectReason::streams;
+  }
   if (hello.stream_count != expected.stream_count || hello.stream >= hello.stream_count) {
     *why = "stream " + std::to_string(hello.stream) + " of " + std::to_string(hello.stream_count) +
            " does not fit this rank's " + std::to_string(expected.stream_count) + " streams";
@@ -59,8 +89,8 @@ RejectReason check_hello(const Handshake& hello, const HandshakeExpectation& exp
 }
 
 std::string explain_reject(const Handshake& reply, int peer) {
-  std::string text = "rank " + std::to_string(peer) + " rejected the connection: " +
-                     to_string(reply.reason);
+  std::string text =
+      "rank " + std::to_string(peer) + " rejected the connection: " + to_string(reply.reason);
   if (reply.reason == RejectReason::version)
     text += " (peer speaks version " + std::to_string(reply.version) + ", this process speaks " +
             std::to_string(protocol_version) + ")";

@@ -11,19 +11,20 @@
 namespace anview::transport::tcp {
 
 inline constexpr std::uint32_t handshake_magic = 0x57564E41;  // "ANVW" in little endian
-inline constexpr std::uint16_t protocol_version = 1;
+// 2: frames carry an 8-byte sequence number (multi-path failover), hellos name their path.
+inline constexpr std::uint16_t protocol_version = 2;
 
 enum class HandshakeKind : std::uint16_t { hello = 1, ack = 2, reject = 3 };
 
 enum class RejectReason : std::uint32_t {
   none = 0,
-  version = 1,      // different protocol version
-  job = 2,          // different job id: a process of another job
-  rank = 3,         // rank out of range, or a rank that does not connect to us
-  world_size = 4,   // different world size
-  streams = 5,      // different ANVIEW_TCP_STREAMS
-  duplicate = 6,    // this (rank, stream) is already connected
-  closing = 7,      // this rank is shutting down
+  version = 1,     // different protocol version
+  job = 2,         // different job id: a process of another job
+  rank = 3,        // rank out of range, or a rank that does not connect to us
+  world_size = 4,  // different world size
+  streams = 5,     // different ANVIEW_TCP_STREAMS
+  duplicate = 6,   // this (rank, stream) is already connected
+  closing = 7,     // this rank is shutting down
 };
 
 struct Handshake {
@@ -31,13 +32,23 @@ struct Handshake {
   std::uint16_t version = protocol_version;
   HandshakeKind kind = HandshakeKind::hello;
   std::uint64_t job_id = 0;
-  std::uint32_t rank = 0;        // the sender's rank
+  std::uint32_t rank = 0;  // the sender's rank
   std::uint32_t world_size = 0;
-  std::uint16_t stream = 0;      // index of this connection among the peer pair's streams
-  std::uint16_t stream_count = 0;
+  std::uint16_t stream = 0;        // index of this connection among its path's streams
+  std::uint16_t stream_count = 0;  // streams per path
+  // A reject's reason; in a hello or an ack the same four bytes hold the PathFields.
   RejectReason reason = RejectReason::none;
 };
 static_assert(sizeof(Handshake) == 32, "Handshake is a wire format");
+
+// Which network path a hello's connection belongs to (offset 28 of a hello or an ack).
+struct PathFields {
+  std::uint8_t path = 0;         // index among the pair's paths (pairs of interfaces)
+  std::uint8_t path_count = 1;   // paths the connecting side plans (0 reads as 1)
+  std::uint16_t generation = 0;  // bumped each time the path is connected again
+};
+PathFields path_fields(const Handshake& h);
+void set_path_fields(Handshake& h, const PathFields& fields);
 
 const char* to_string(RejectReason reason);
 

@@ -1,5 +1,7 @@
 #include "transport/tcp/tcp_transport.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,19 +13,35 @@
 #include "base/log.hpp"
 #include "base/process_watch.hpp"
 #include "bootstrap/interfaces.hpp"
+#include "transport/tcp/multipath.hpp"
 
 namespace anview::transport::tcp {
 namespace {
 
 const base::Setting streams_setting(
     "tcp", "ANVIEW_TCP_STREAMS", "2",
-    "TCP connections per peer pair (1-64); stream 0 carries matching frames, large messages "
-    "are striped over the others");
+    "TCP connections per network path to a peer (1-64); stream 0 carries matching frames, "
+    "large messages are striped over the others");
 const base::Setting port_setting("tcp", "ANVIEW_TCP_PORT", "0",
                                  "TCP port the data listener binds (0: any free port)");
 const base::Setting sockbuf_setting(
     "tcp", "ANVIEW_TCP_SOCKBUF", "0",
     "SO_SNDBUF/SO_RCVBUF of data connections in bytes (0: kernel autotuning)");
+const base::Setting paths_setting(
+    "tcp", "ANVIEW_TCP_PATHS", "8",
+    "Most network paths (pairs of local and remote interfaces on a shared subnet) used to one "
+    "peer on another host (1: a single path)");
+const base::Setting path_timeout_setting(
+    "tcp", "ANVIEW_TCP_PATH_TIMEOUT", "500ms",
+    "A path whose data stays unacknowledged this long fails over to the peer's other paths");
+const base::Setting link_timeout_setting(
+    "tcp", "ANVIEW_TCP_LINK_TIMEOUT", "10s",
+    "When the last working path to a peer stays unacknowledged this long (every other path "
+    "failed), the link to the peer fails");
+const base::Setting cc_setting(
+    "tcp", "ANVIEW_TCP_CC", "",
+    "Kernel congestion control of data connections (bbr, cubic, ...; empty: the system's "
+    "default)");
 
 constexpr auto hello_timeout = std::chrono::seconds(10);
 
@@ -52,6 +70,12 @@ bool is_loopback(const std::string& host_port) {
   return host_port.rfind("127.", 0) == 0 || host_port.rfind("[::1]", 0) == 0;
 }
 
+// Answers a hello on a fresh socket. 32 bytes always fit an empty socket buffer.
+bool send_reply(int fd, const Handshake& reply) {
+  return ::send(fd, &reply, sizeof reply, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+         static_cast<ssize_t>(sizeof reply);
+}
+
 }  // namespace
 
 TransportProbe TcpTransport::probe() {
@@ -77,6 +101,10 @@ TransportProbe TcpTransport::probe() {
   } else if (loopback > 0) {
     p.notes.push_back("loopback addresses serve ranks on this host only");
   }
+  if (published.size() - static_cast<std::size_t>(loopback) > 1)
+    p.notes.push_back(
+        "several interfaces: a peer on another host reachable through more than "
+        "one of them gets one path per interface pair (ANVIEW_TCP_PATHS)");
   if (!skipped.empty()) p.notes.push_back("IPv6 addresses not used (IPv4 only): " + join(skipped));
   return p;
 }
@@ -84,31 +112,74 @@ TransportProbe TcpTransport::probe() {
 TcpTransport::TcpTransport(const TransportContext& context)
     : context_(context),
       stream_count_(static_cast<int>(streams_setting.as_int())),
-      sockbuf_bytes_(static_cast<int>(sockbuf_setting.as_int())) {
+      sockbuf_bytes_(static_cast<int>(sockbuf_setting.as_int())),
+      max_paths_(static_cast<int>(paths_setting.as_int())),
+      path_timeout_(path_timeout_setting.as_duration()),
+      link_timeout_(link_timeout_setting.as_duration()),
+      congestion_control_(cc_setting.value()) {
   if (stream_count_ < 1 || stream_count_ > 64) {
     throw Error(ErrorKind::usage,
                 {.rank = context_.rank,
                  .operation = "tcp.init",
                  .cause = "ANVIEW_TCP_STREAMS=" + streams_setting.value() + " is not in 1..64"});
   }
+  if (max_paths_ < 1 || max_paths_ > 16) {
+    throw Error(ErrorKind::usage,
+                {.rank = context_.rank,
+                 .operation = "tcp.init",
+                 .cause = "ANVIEW_TCP_PATHS=" + paths_setting.value() + " is not in 1..16"});
+  }
   const auto port = port_setting.as_int();
   const ErrorContext ctx = error_context(-1, "tcp.listen");
   listener_ = base::listen_tcp(
       base::SockAddr::from_host_port("0.0.0.0", static_cast<std::uint16_t>(port), ctx), 4096, ctx);
   port_ = base::local_address(listener_.get()).port();
-  for (const auto& address : publishable_addresses(nullptr))
+  const auto interfaces = bootstrap::list_interfaces();
+  for (const auto& address : publishable_addresses(nullptr)) {
     published_.push_back(address + ":" + std::to_string(port_));
+    for (const auto& i : interfaces) {
+      if (i.address == address && i.family == AF_INET) {
+        local_addresses_.push_back({address, i.prefix_len});
+        break;
+      }
+    }
+  }
+  if (!congestion_control_.empty()) {
+    // Fail early, on this rank, naming the setting, rather than on every socket later.
+    base::Fd probe_fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::setsockopt(probe_fd.get(), IPPROTO_TCP, TCP_CONGESTION, congestion_control_.data(),
+                     static_cast<socklen_t>(congestion_control_.size())) != 0) {
+      throw base::sys_error(ErrorKind::usage, error_context(-1, "tcp.init"),
+                            "ANVIEW_TCP_CC=" + congestion_control_ +
+                                ": the kernel refuses it (see "
+                                "/proc/sys/net/ipv4/tcp_available_congestion_control)",
+                            errno);
+    }
+  }
   peers_.resize(static_cast<std::size_t>(context_.world_size));
   context_.engine->add_fd(listener_.get(), EPOLLIN, this);
   context_.engine->add_poller([this] { return poll_housekeeping(); },
-                              [this] { return housekeeping_.load(std::memory_order_acquire); });
+                              [this] {
+                                if (housekeeping_.load(std::memory_order_acquire)) return true;
+                                return multipath_.load(std::memory_order_relaxed) &&
+                                       base::Clock::now().time_since_epoch().count() >=
+                                           next_tick_ns_.load(std::memory_order_relaxed);
+                              });
 }
 
 TcpTransport::~TcpTransport() {
   context_.engine->remove_fd(listener_.get());
   for (auto& link : peers_)
-    for (auto& conn : link.streams)
-      if (conn) conn->close(nullptr);
+    for (auto& path : link.paths)
+      for (auto& conn : path.streams)
+        if (conn) conn->close(nullptr);
+}
+
+void TcpTransport::configure_socket(int fd) const {
+  if (sockbuf_bytes_ > 0) base::set_buffer_sizes(fd, sockbuf_bytes_);
+  if (!congestion_control_.empty())
+    ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, congestion_control_.data(),
+                 static_cast<socklen_t>(congestion_control_.size()));
 }
 
 ErrorContext TcpTransport::error_context(int peer, const std::string& operation) const {
@@ -131,14 +202,13 @@ void TcpTransport::describe_self(PeerInfo& self) const {
   self.tcp_addresses = published_;
 }
 
-std::string TcpTransport::pick_address(const PeerInfo& peer, std::string* why) const {
+std::vector<PathPlan> TcpTransport::plan_for(const PeerInfo& peer) const {
   const bool same_host = !peer.host_id.empty() && peer.host_id == context_.host_id;
-  if (same_host) {
-    for (const auto& a : peer.tcp_addresses)
-      if (is_loopback(a)) return a;
-  }
-  for (const auto& a : peer.tcp_addresses)
-    if (!is_loopback(a)) return a;
+  return plan_paths(local_addresses_, peer.tcp_addresses, same_host, max_paths_);
+}
+
+bool TcpTransport::can_reach(const PeerInfo& peer, std::string* why) const {
+  if (!plan_for(peer).empty()) return true;
   if (why) {
     *why = peer.tcp_addresses.empty()
                ? "rank " + std::to_string(peer.rank) + " published no TCP address"
@@ -146,11 +216,21 @@ std::string TcpTransport::pick_address(const PeerInfo& peer, std::string* why) c
                      " is on another host and published only loopback addresses (check "
                      "ANVIEW_IFACES there)";
   }
-  return {};
+  return false;
 }
 
-bool TcpTransport::can_reach(const PeerInfo& peer, std::string* why) const {
-  return !pick_address(peer, why).empty();
+Handshake TcpTransport::make_hello(int stream, int path, int path_count,
+                                   std::uint16_t generation) const {
+  Handshake hello;
+  hello.job_id = context_.job_id;
+  hello.rank = static_cast<std::uint32_t>(context_.rank);
+  hello.world_size = static_cast<std::uint32_t>(context_.world_size);
+  hello.stream = static_cast<std::uint16_t>(stream);
+  hello.stream_count = static_cast<std::uint16_t>(stream_count_);
+  set_path_fields(hello, {.path = static_cast<std::uint8_t>(path),
+                          .path_count = static_cast<std::uint8_t>(path_count),
+                          .generation = generation});
+  return hello;
 }
 
 void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
@@ -158,26 +238,40 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
   for (const auto& peer : peers) {
     PeerLink& link = peers_[static_cast<std::size_t>(peer.rank)];
     link.served = true;
-    link.streams.resize(static_cast<std::size_t>(stream_count_));
     watch_process(peer);
     if (peer.rank <= context_.rank) continue;  // the lower rank connects
-    link.address = pick_address(peer, nullptr);
-    ErrorContext ctx = error_context(peer.rank, "connect");
-    const auto addr = base::SockAddr::parse(link.address, ctx);
-    for (int s = 0; s < stream_count_; ++s) {
-      base::Fd fd = base::connect_tcp(addr, deadline, ctx);
-      if (sockbuf_bytes_ > 0) base::set_buffer_sizes(fd.get(), sockbuf_bytes_);
-      Handshake hello;
-      hello.job_id = context_.job_id;
-      hello.rank = static_cast<std::uint32_t>(context_.rank);
-      hello.world_size = static_cast<std::uint32_t>(context_.world_size);
-      hello.stream = static_cast<std::uint16_t>(s);
-      hello.stream_count = static_cast<std::uint16_t>(stream_count_);
-      base::write_all(fd.get(), &hello, sizeof hello, deadline, ctx);
-      link.streams[static_cast<std::size_t>(s)] = std::make_unique<Connection>(
-          *this, std::move(fd), Connection::State::awaiting_ack, peer.rank, s);
+    link.connector = true;
+    const auto plans = plan_for(peer);
+    link.paths.resize(plans.size());
+    for (std::size_t p = 0; p < plans.size(); ++p) {
+      link.paths[p].plan = plans[p];
+      link.paths[p].streams.resize(static_cast<std::size_t>(stream_count_));
     }
+    link.reliable = plans.size() > 1;
+    if (link.reliable) multipath_.store(true, std::memory_order_relaxed);
+    link.address = plans.front().remote;
+    // The first path is connected blocking, retrying until the peer listens; the others
+    // start once it is known to listen, in the background.
+    ErrorContext ctx = error_context(peer.rank, "connect");
+    Path& first = link.paths.front();
+    first.generation = 1;
+    const auto addr = base::SockAddr::parse(first.plan.remote, ctx);
+    std::optional<base::SockAddr> local;
+    if (!first.plan.local_ip.empty())
+      local = base::SockAddr::from_host_port(first.plan.local_ip, 0, ctx);
+    for (int s = 0; s < stream_count_; ++s) {
+      base::Fd fd = base::connect_tcp(addr, deadline, ctx, local ? &*local : nullptr);
+      configure_socket(fd.get());
+      const Handshake hello =
+          make_hello(s, 0, static_cast<int>(link.paths.size()), first.generation);
+      base::write_all(fd.get(), &hello, sizeof hello, deadline, ctx);
+      first.streams[static_cast<std::size_t>(s)] = std::make_unique<Connection>(
+          *this, std::move(fd), Connection::State::awaiting_ack, peer.rank, s, 0);
+    }
+    for (std::size_t p = 1; p < link.paths.size(); ++p) start_path(peer.rank, static_cast<int>(p));
   }
+  if (multipath_.load(std::memory_order_relaxed))
+    set_next_tick(base::Clock::now() + multipath_tick);
 }
 
 void TcpTransport::watch_process(const PeerInfo& peer) {
@@ -194,13 +288,19 @@ void TcpTransport::watch_process(const PeerInfo& peer) {
 void TcpTransport::on_peer_process_exit(int peer) {
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
   base::log("tcp", base::LogLevel::debug, "tcp: the process of rank ", peer, " ended");
-  for (auto& conn : link.streams)
-    if (conn && conn->state() == Connection::State::established) conn->drain();
+  for (auto& path : link.paths)
+    for (auto& conn : path.streams)
+      if (conn && conn->state() == Connection::State::established) conn->drain();
 }
 
 bool TcpTransport::ready() const {
-  for (const auto& link : peers_)
-    if (link.served && !link.failed && !link.was_up) return false;
+  for (const auto& link : peers_) {
+    if (!link.served || link.failed) continue;
+    if (!link.was_up) return false;
+    // Every planned path has had its first try, so traffic starts on all of them.
+    for (const auto& path : link.paths)
+      if (path.state == Path::State::connecting && path.first_attempt) return false;
+  }
   return true;
 }
 
@@ -210,8 +310,45 @@ std::optional<Error> TcpTransport::setup_failure() const {
   return std::nullopt;
 }
 
-void TcpTransport::count_established(PeerLink& link) {
-  if (++link.established == stream_count_) link.was_up = true;
+std::uint64_t TcpTransport::Path::bytes_sent() const {
+  std::uint64_t total = retired_bytes;
+  for (const auto& conn : streams)
+    if (conn) total += conn->bytes_sent();
+  return total;
+}
+
+std::string TcpTransport::Path::describe() const {
+  if (!plan.local_ip.empty() || !plan.remote.empty()) return plan.describe();
+  for (const auto& conn : streams)
+    if (conn) return conn->describe();
+  return "?";
+}
+
+void TcpTransport::count_established(int peer, int index) {
+  PeerLink& link = peers_[static_cast<std::size_t>(peer)];
+  Path& path = link.paths[static_cast<std::size_t>(index)];
+  if (++path.established < stream_count_) return;
+  path.state = Path::State::up;
+  path.outstanding_since.assign(static_cast<std::size_t>(stream_count_), base::Clock::time_point{});
+  path.rate_at = base::Clock::now();
+  path.rate_bytes = path.bytes_sent();
+  const bool readmitted = !path.first_attempt || path.failures > 0;
+  path.first_attempt = false;
+  path.probe_backoff = std::chrono::milliseconds(0);
+  if (readmitted) {
+    base::log("tcp", base::LogLevel::info, "tcp: path ", index, " to rank ", peer, " (",
+              path.describe(), ") is up again");
+  }
+  link.was_up = true;
+  if (link.control < 0 ||
+      link.paths[static_cast<std::size_t>(link.control)].state != Path::State::up) {
+    link.control = index;
+  }
+  if (link.reliable) {
+    pump_ordered(peer);
+    feed(peer);
+    if (link.ack_due) send_ack(peer);
+  }
 }
 
 std::string TcpTransport::pending_connections() const {
@@ -220,7 +357,9 @@ std::string TcpTransport::pending_connections() const {
     const PeerLink& link = peers_[r];
     if (!link.served || link.failed || link.was_up) continue;
     if (!text.empty()) text += ", ";
-    text += "rank " + std::to_string(r) + " (" + std::to_string(link.established) + "/" +
+    int established = 0;
+    for (const auto& path : link.paths) established += path.established;
+    text += "rank " + std::to_string(r) + " (" + std::to_string(established) + "/" +
             std::to_string(stream_count_) + " streams, " +
             (static_cast<int>(r) > context_.rank ? "we connect" : "it connects") + ")";
   }
@@ -240,23 +379,13 @@ void TcpTransport::accept_pending() {
         base::log("tcp", base::LogLevel::warn, "tcp: accept() failed: ", base::errno_text(errno));
       return;
     }
-    if (sockbuf_bytes_ > 0) base::set_buffer_sizes(fd, sockbuf_bytes_);
+    configure_socket(fd);
     housekeeping_.store(true, std::memory_order_release);
     accepting_.push_back(std::make_unique<Connection>(*this, base::Fd(fd),
                                                       Connection::State::awaiting_hello, -1, -1));
     accepting_deadlines_.push_back(base::deadline_after(hello_timeout));
   }
 }
-
-namespace {
-
-// Answers a hello on a fresh socket. 32 bytes always fit an empty socket buffer.
-bool send_reply(int fd, const Handshake& reply) {
-  return ::send(fd, &reply, sizeof reply, MSG_NOSIGNAL | MSG_DONTWAIT) ==
-         static_cast<ssize_t>(sizeof reply);
-}
-
-}  // namespace
 
 void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
   auto it = std::find_if(accepting_.begin(), accepting_.end(),
@@ -276,15 +405,41 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
        static_cast<std::uint32_t>(context_.rank), static_cast<std::uint16_t>(stream_count_)},
       &foreign, &why);
   PeerLink* link = nullptr;
+  const PathFields fields = path_fields(hello);
+  bool replaces = false;  // a newer generation of a path: the old one is gone
   if (reason == RejectReason::none) {
     link = &peers_[hello.rank];
+    if (link->served && link->paths.empty()) {
+      link->paths.resize(fields.path_count);
+      for (auto& path : link->paths) path.streams.resize(static_cast<std::size_t>(stream_count_));
+      link->reliable = fields.path_count > 1;
+      if (link->reliable) {
+        multipath_.store(true, std::memory_order_relaxed);
+        set_next_tick(base::Clock::now() + multipath_tick);
+      }
+    }
     if (closing_) {
       reason = RejectReason::closing;
       why = "this rank is shutting down";
-    } else if (!link->served || link->failed || link->streams[hello.stream]) {
+    } else if (!link->served || link->failed) {
       reason = RejectReason::duplicate;
-      why = "stream " + std::to_string(hello.stream) + " of rank " + std::to_string(hello.rank) +
-            " is already connected or closed";
+      why = "rank " + std::to_string(hello.rank) + " is not served here or its link is closed";
+    } else if (link->paths.size() != fields.path_count) {
+      reason = RejectReason::streams;
+      why = "path count " + std::to_string(fields.path_count) + " differs from the " +
+            std::to_string(link->paths.size()) + " paths rank " + std::to_string(hello.rank) +
+            " announced before";
+    } else {
+      Path& path = link->paths[fields.path];
+      const bool taken = path.streams[hello.stream] != nullptr;
+      replaces =
+          link->reliable && path.generation != 0 && newer(fields.generation, path.generation);
+      if (!replaces && (taken || (path.generation != 0 && fields.generation != path.generation))) {
+        reason = RejectReason::duplicate;
+        why = "stream " + std::to_string(hello.stream) + " of path " + std::to_string(fields.path) +
+              " of rank " + std::to_string(hello.rank) + " is already connected (generation " +
+              std::to_string(path.generation) + ")";
+      }
     }
   }
   if (reason != RejectReason::none) {
@@ -302,6 +457,17 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
     retire(std::move(owned));
     return;
   }
+  const int peer = static_cast<int>(hello.rank);
+  if (replaces) {
+    Path& path = link->paths[fields.path];
+    if (path.state != Path::State::failed) {
+      path_failed(peer, fields.path, "rank " + std::to_string(peer) + " connected it again", false);
+    }
+    path.streams.clear();
+    path.streams.resize(static_cast<std::size_t>(stream_count_));
+    path.established = 0;
+    path.state = Path::State::connecting;
+  }
   Handshake ack;
   ack.kind = HandshakeKind::ack;
   ack.job_id = context_.job_id;
@@ -309,6 +475,7 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
   ack.world_size = static_cast<std::uint32_t>(context_.world_size);
   ack.stream = hello.stream;
   ack.stream_count = hello.stream_count;
+  set_path_fields(ack, fields);
   if (!send_reply(conn.fd(), ack)) {
     base::log("tcp", base::LogLevel::warn, "tcp: could not answer the hello of rank ", hello.rank,
               " from ", from, ": ", base::errno_text(errno));
@@ -316,78 +483,130 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
     retire(std::move(owned));
     return;
   }
-  link->address = from;
-  owned->set_established(static_cast<int>(hello.rank), hello.stream);
-  link->streams[hello.stream] = std::move(owned);
-  count_established(*link);
+  if (fields.path == 0 || link->address.empty()) link->address = from;
+  Path& path = link->paths[fields.path];
+  path.generation = fields.generation;
+  if (path.plan.remote.empty()) {
+    // Named from this side: our address on it and the peer's.
+    path.plan = PathPlan{base::local_address(owned->fd()).host(), from};
+  }
+  owned->set_established(peer, hello.stream);
+  owned->set_generation(fields.generation);
+  // The connection's path is known only now.
+  path.streams[hello.stream] = std::move(owned);
+  path.streams[hello.stream]->set_path(fields.path);
+  count_established(peer, fields.path);
 }
 
 void TcpTransport::on_ack(Connection& conn, const Handshake& reply) {
   const int peer = conn.peer();
+  PeerLink& link = peers_[static_cast<std::size_t>(peer)];
   ErrorContext ctx = error_context(peer, "connect");
+  auto refuse = [&](std::string cause) {
+    // A path probed again that the peer refuses is one failed attempt; at setup, the link.
+    const Path& path = link.paths[static_cast<std::size_t>(conn.path())];
+    if (link.reliable && (conn.path() != 0 || !path.first_attempt)) {
+      path_attempt_failed(peer, conn.path(), cause);
+      return;
+    }
+    ctx.cause = std::move(cause);
+    fail_link(peer, Error(ErrorKind::protocol, std::move(ctx)));
+  };
   if (reply.magic != handshake_magic ||
       (reply.kind != HandshakeKind::ack && reply.kind != HandshakeKind::reject)) {
-    ctx.cause = "rank " + std::to_string(peer) +
-                " answered the handshake with bytes that are not "
-                "an Anview handshake";
-    fail_link(peer, Error(ErrorKind::protocol, std::move(ctx)));
+    refuse("rank " + std::to_string(peer) +
+           " answered the handshake with bytes that are not an Anview handshake");
     return;
   }
   if (reply.kind == HandshakeKind::reject) {
-    ctx.cause = explain_reject(reply, peer);
-    fail_link(peer, Error(ErrorKind::protocol, std::move(ctx)));
+    refuse(explain_reject(reply, peer));
     return;
   }
   if (reply.version != protocol_version || reply.job_id != context_.job_id ||
       reply.rank != static_cast<std::uint32_t>(peer) || reply.stream != conn.stream()) {
-    ctx.cause = "rank " + std::to_string(peer) + " acknowledged with mismatching fields (version " +
-                std::to_string(reply.version) + ", rank " + std::to_string(reply.rank) + ")";
-    fail_link(peer, Error(ErrorKind::protocol, std::move(ctx)));
+    refuse("rank " + std::to_string(peer) + " acknowledged with mismatching fields (version " +
+           std::to_string(reply.version) + ", rank " + std::to_string(reply.rank) + ")");
     return;
   }
   conn.set_established(peer, conn.stream());
-  count_established(peers_[static_cast<std::size_t>(peer)]);
+  count_established(peer, conn.path());
 }
 
-Landing TcpTransport::deliver_frame(Connection& conn, const FrameHeader& header, bool may_defer) {
-  if (header.type >= frame_goodbye) {
-    const bool known = header.type == frame_goodbye || header.type == frame_abort;
-    if (!known || header.payload_bytes != 0) {
-      ErrorContext ctx = error_context(conn.peer(), "transfer");
-      ctx.cause = "unknown transport frame type " + std::to_string(header.type);
-      fail_link(conn.peer(), Error(ErrorKind::protocol, std::move(ctx)));
-      return {};
-    }
-    if (header.type == frame_abort) {
-      // The peer lost another rank and gives up its link to us: name that rank.
-      ErrorContext ctx = error_context(conn.peer(), "transfer");
-      const bool named = header.arg < static_cast<std::uint64_t>(context_.world_size) &&
-                         static_cast<int>(header.arg) != conn.peer() &&
-                         static_cast<int>(header.arg) != context_.rank;
-      if (named) ctx.peer = static_cast<int>(header.arg);
-      ctx.cause = "rank " + std::to_string(conn.peer()) + " closed its link to this rank" +
-                  (named ? " after it lost rank " + std::to_string(header.arg) : std::string());
-      fail_link(conn.peer(), Error(ErrorKind::peer_lost, std::move(ctx)));
-      return {};
-    }
-    conn.mark_goodbye();
+Landing TcpTransport::deliver_transport_frame(Connection& conn, const WireHeader& wire) {
+  const FrameHeader& header = wire.frame;
+  const int peer = conn.peer();
+  PeerLink& link = peers_[static_cast<std::size_t>(peer)];
+  const bool known = header.type <= frame_keepalive;
+  if (!known || header.payload_bytes != 0 || wire.seq != 0) {
+    ErrorContext ctx = error_context(peer, "transfer");
+    ctx.cause = "unknown transport frame type " + std::to_string(header.type);
+    fail_link(peer, Error(ErrorKind::protocol, std::move(ctx)));
     return {};
   }
-  if (closing_) {
-    discard_.resize(header.payload_bytes);
-    return Landing{discard_.data(), false};
+  switch (header.type) {
+    case frame_abort: {
+      // The peer lost another rank and gives up its link to us: name that rank.
+      ErrorContext ctx = error_context(peer, "transfer");
+      const bool named = header.arg < static_cast<std::uint64_t>(context_.world_size) &&
+                         static_cast<int>(header.arg) != peer &&
+                         static_cast<int>(header.arg) != context_.rank;
+      if (named) ctx.peer = static_cast<int>(header.arg);
+      ctx.cause = "rank " + std::to_string(peer) + " closed its link to this rank" +
+                  (named ? " after it lost rank " + std::to_string(header.arg) : std::string());
+      fail_link(peer, Error(ErrorKind::peer_lost, std::move(ctx)));
+      return {};
+    }
+    case frame_goodbye:
+      conn.mark_goodbye();
+      return {};
+    case frame_ack:
+      if (link.reliable) on_acknowledged(peer, header.tag, header.id);
+      return {};
+    case frame_path_down: {
+      if (!link.reliable || header.arg >= link.paths.size()) return {};
+      const int index = static_cast<int>(header.arg);
+      Path& path = link.paths[static_cast<std::size_t>(index)];
+      const auto generation = static_cast<std::uint16_t>(header.tag);
+      if (path.state != Path::State::failed && !newer(path.generation, generation)) {
+        path_failed(peer, index, "rank " + std::to_string(peer) + " found it broken and closed it",
+                    false);
+      }
+      return {};
+    }
+    default:  // keepalive
+      return {};
   }
+}
+
+Landing TcpTransport::deliver_frame(Connection& conn, const WireHeader& wire, bool may_defer) {
+  const FrameHeader& header = wire.frame;
+  if (header.type >= frame_goodbye) return deliver_transport_frame(conn, wire);
+  if (closing_) return Landing{conn.discard_landing(header.payload_bytes), false};
+  PeerLink& link = peers_[static_cast<std::size_t>(conn.peer())];
+  if (link.reliable) return deliver_sequenced(conn, link, wire, may_defer);
   Landing landing = context_.sink->on_frame(conn.peer(), header, may_defer);
-  if (!landing.defer && landing.data == nullptr && header.payload_bytes > 0) {
-    discard_.resize(header.payload_bytes);  // the sink failed the frame; consume it
-    landing.data = discard_.data();
-  }
+  if (!landing.defer && landing.data == nullptr && header.payload_bytes > 0)
+    landing.data = conn.discard_landing(header.payload_bytes);  // the sink failed the frame
   return landing;
 }
 
-void TcpTransport::deliver_frame_done(Connection& conn, const FrameHeader& header, void* data) {
+void TcpTransport::deliver_frame_done(Connection& conn, const WireHeader& wire, void* data) {
+  const FrameHeader& header = wire.frame;
   if (header.type >= frame_goodbye || closing_) return;
-  if (data == discard_.data() && header.payload_bytes > 0) return;
+  if (conn.is_discard(data) && header.payload_bytes > 0) return;
+  PeerLink& link = peers_[static_cast<std::size_t>(conn.peer())];
+  if (link.reliable) {
+    if (is_chunk_seq(wire.seq)) {
+      link.chunks_done.insert(wire.seq & ~chunk_seq_bit);
+      link.ack_due = true;  // the sender's request completes on this acknowledgement
+    } else {
+      link.ordered_done = wire.seq;
+      link.unacked_bytes += header.payload_bytes;
+      if (++link.unacked_frames >= ack_every_frames || link.unacked_bytes >= ack_every_bytes)
+        link.ack_due = true;
+    }
+    if (!link.interrupted.empty()) link.interrupted.erase(wire.seq);
+  }
   context_.sink->on_frame_done(conn.peer(), header, data);
 }
 
@@ -408,7 +627,20 @@ void TcpTransport::on_connection_error(Connection& conn, const Error& error) {
     }
     return;
   }
-  fail_link(conn.peer(), error);
+  const int peer = conn.peer();
+  PeerLink& link = peers_[static_cast<std::size_t>(peer)];
+  if (link.reliable && !link.failed) {
+    Path& path = link.paths[static_cast<std::size_t>(conn.path())];
+    if (path.state == Path::State::connecting && (conn.path() != 0 || !path.first_attempt)) {
+      path_attempt_failed(peer, conn.path(), error.cause());
+      return;
+    }
+    if (path.state == Path::State::up && other_path_up(link, conn.path())) {
+      path_failed(peer, conn.path(), error.cause(), true);
+      return;
+    }
+  }
+  fail_link(peer, error);
 }
 
 void TcpTransport::on_connection_eof(Connection& conn) {
@@ -416,11 +648,18 @@ void TcpTransport::on_connection_eof(Connection& conn) {
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
   if (link.draining) return;  // an end of stream met while draining: the caller goes on
   if (!conn.goodbye_received()) {
+    if (link.reliable && other_path_up(link, conn.path())) {
+      path_failed(peer, conn.path(),
+                  "connection closed by rank " + std::to_string(peer) + " without a goodbye", true);
+      return;
+    }
     // The process is gone. What it sent before it died is in our sockets: read every stream
     // to its end first, so complete messages are still delivered, then fail the link.
     link.draining = true;
-    for (auto& other : link.streams)
-      if (other && other.get() != &conn) other->drain();
+    for (auto& path : link.paths)
+      for (auto& other : path.streams)
+        if (other && other.get() != &conn && other->state() == Connection::State::established)
+          other->drain();
     link.draining = false;
     ErrorContext ctx = error_context(peer, "transfer");
     ctx.cause = "connection closed by rank " + std::to_string(peer) +
@@ -429,7 +668,10 @@ void TcpTransport::on_connection_eof(Connection& conn) {
     return;
   }
   conn.half_close();  // the peer leaves: let it see our end of the stream too
-  if (++link.eof_streams < stream_count_) return;
+  int live = 0;
+  for (const auto& path : link.paths)
+    if (path.state == Path::State::up) live += stream_count_;
+  if (++link.eof_streams < live) return;
   ErrorContext ctx = error_context(peer, "transfer");
   ctx.cause = "rank " + std::to_string(peer) + " closed its communicator";
   link.goodbye = true;
@@ -446,11 +688,21 @@ void TcpTransport::fail_link(int peer, const Error& error) {
   } else {
     base::log("tcp", base::LogLevel::error, error.what());
   }
-  for (auto& conn : link.streams) {
-    if (!conn) continue;
-    conn->close(&error);
-    retire(std::move(conn));
+  for (auto& path : link.paths) {
+    close_path_streams(path, error);
+    path.state = Path::State::failed;
   }
+  // Frames kept for sending again: their senders learn the link's fate.
+  std::vector<SendDone> failed;
+  for (auto& entry : link.ordered_unacked)
+    if (entry.done) failed.push_back(std::move(entry.done));
+  for (auto& entry : link.chunk_unacked)
+    if (entry.done) failed.push_back(std::move(entry.done));
+  link.ordered_unacked.clear();
+  link.chunk_unacked.clear();
+  link.chunk_queue.clear();
+  link.interrupted.clear();
+  for (auto& done : failed) done(&error);
   if (!closing_) context_.sink->on_peer_failed(peer, error, link.goodbye);
 }
 
@@ -458,12 +710,16 @@ void TcpTransport::fail_peer(int peer, const Error& error) {
   // The layer above gives up the link (a failed operation, often because another rank was
   // lost): tell the peer why before closing, so it can name the rank that started it.
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
-  if (!link.failed && !link.streams.empty() && link.streams[0]) {
-    FrameHeader abort;
-    abort.type = frame_abort;
-    const int cause = error.context().peer;
-    abort.arg = cause >= 0 && cause != peer ? static_cast<std::uint64_t>(cause) : ~std::uint64_t{0};
-    link.streams[0]->try_send_now(abort);
+  if (!link.failed && link.control >= 0) {
+    auto& stream0 = link.paths[static_cast<std::size_t>(link.control)].streams[0];
+    if (stream0) {
+      WireHeader abort;
+      abort.frame.type = frame_abort;
+      const int cause = error.context().peer;
+      abort.frame.arg =
+          cause >= 0 && cause != peer ? static_cast<std::uint64_t>(cause) : ~std::uint64_t{0};
+      stream0->try_send_now(abort);
+    }
   }
   fail_link(peer, error);
 }
@@ -480,8 +736,9 @@ void TcpTransport::want_resume(Connection& conn) {
 }
 
 void TcpTransport::resume(int peer) {
-  for (auto& conn : peers_[static_cast<std::size_t>(peer)].streams)
-    if (conn && conn->paused()) want_resume(*conn);
+  for (auto& path : peers_[static_cast<std::size_t>(peer)].paths)
+    for (auto& conn : path.streams)
+      if (conn && conn->paused()) want_resume(*conn);
 }
 
 bool TcpTransport::poll_housekeeping() {
@@ -501,6 +758,12 @@ bool TcpTransport::poll_housekeeping() {
       accepting_deadlines_.erase(accepting_deadlines_.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
+  if (multipath_.load(std::memory_order_relaxed) &&
+      base::Clock::now().time_since_epoch().count() >=
+          next_tick_ns_.load(std::memory_order_relaxed)) {
+    set_next_tick(base::Clock::now() + multipath_tick);
+    periodic_check();
+  }
   // Connections waiting for a hello need their deadline checked on later rounds too.
   housekeeping_.store(!accepting_.empty(), std::memory_order_release);
   if (resume_wanted_.empty()) return false;
@@ -509,27 +772,31 @@ bool TcpTransport::poll_housekeeping() {
   for (Connection* conn : wanted) {
     // A connection asked for may have failed meanwhile; only live ones are resumed.
     for (auto& link : peers_)
-      for (auto& c : link.streams)
-        if (c.get() == conn) conn->resume_reading();
+      for (auto& path : link.paths)
+        for (auto& c : path.streams)
+          if (c.get() == conn) conn->resume_reading();
   }
   return true;
 }
 
-Connection& TcpTransport::pick_stream(PeerLink& link, Ordering ordering) {
-  if (ordering == Ordering::ordered || stream_count_ == 1) return *link.streams[0];
+Connection* TcpTransport::pick_stream(PeerLink& link, Ordering ordering) {
+  if (link.control < 0) return nullptr;
+  Path& path = link.paths[static_cast<std::size_t>(link.control)];
+  if (path.state != Path::State::up) return nullptr;
+  if (ordering == Ordering::ordered || stream_count_ == 1) return path.streams[0].get();
   // Bulk data keeps off stream 0 when there are others: matching frames there then never
   // wait behind megabytes of payload, and a receiver that stops reading stream 0 (its
   // unexpected-message budget is full) still receives the data of matched messages.
-  Connection* best = link.streams[1].get();
-  for (std::size_t s = 2; s < link.streams.size(); ++s)
-    if (link.streams[s]->queued_bytes() < best->queued_bytes()) best = link.streams[s].get();
-  return *best;
+  Connection* best = path.streams[1].get();
+  for (std::size_t s = 2; s < path.streams.size(); ++s)
+    if (path.streams[s]->queued_bytes() < best->queued_bytes()) best = path.streams[s].get();
+  return best;
 }
 
 void TcpTransport::post_send(int peer, const FrameHeader& header, const void* payload,
                              Ordering ordering, SendDone done) {
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
-  if (link.failed || link.established < stream_count_ || closing_) {
+  if (link.failed || !link.was_up || closing_) {
     ErrorContext ctx = error_context(peer, "send");
     ctx.cause = link.failed ? "the link to rank " + std::to_string(peer) + " is closed"
                             : "the link to rank " + std::to_string(peer) + " is not up";
@@ -537,68 +804,147 @@ void TcpTransport::post_send(int peer, const FrameHeader& header, const void* pa
     done(&error);
     return;
   }
-  pick_stream(link, ordering).queue_send(header, payload, std::move(done));
+  if (!link.reliable) {
+    WireHeader wire{.seq = 0, .frame = header};
+    Connection* conn = pick_stream(link, ordering);
+    if (conn == nullptr) {
+      ErrorContext ctx = error_context(peer, "send");
+      ctx.cause = "the link to rank " + std::to_string(peer) + " has no working path";
+      const Error error(ErrorKind::link, std::move(ctx));
+      done(&error);
+      return;
+    }
+    conn->queue_send(wire, payload, std::move(done));
+    return;
+  }
+  Unacked entry;
+  entry.header = header;
+  entry.done = std::move(done);
+  if (ordering == Ordering::ordered) {
+    // Kept (copied: the caller may reuse its buffer once the frame is written) until the peer
+    // acknowledges it.
+    entry.seq = ++link.next_ordered;
+    if (header.payload_bytes > 0) {
+      entry.copy.reset(new char[header.payload_bytes]);
+      std::memcpy(entry.copy.get(), payload, header.payload_bytes);
+      entry.payload = entry.copy.get();
+    }
+    link.ordered_unacked.push_back(std::move(entry));
+    pump_ordered(peer);
+    return;
+  }
+  // A data chunk: the caller's buffer stays valid until `done`, called on acknowledgement.
+  const std::uint64_t number = ++link.next_chunk;
+  entry.seq = number | chunk_seq_bit;
+  entry.payload = static_cast<const char*>(payload);
+  link.chunk_unacked.push_back(std::move(entry));
+  link.chunk_queue.push_back(number);
+  feed(peer);
 }
 
 void TcpTransport::shutdown(base::Deadline deadline) {
+  // Data chunks still waiting for a stream go first, and with several paths their
+  // acknowledgements too (the peer needs them whole).
+  auto sent = [this] {
+    for (const auto& link : peers_)
+      if (link.served && !link.failed && link.reliable &&
+          (!link.chunk_queue.empty() || !link.chunk_unacked.empty()))
+        return false;
+    return true;
+  };
+  while (!sent() && base::Clock::now() < deadline) context_.engine->poll(10);
   closing_ = true;
-  FrameHeader goodbye;
-  goodbye.type = frame_goodbye;
+  WireHeader goodbye;
+  goodbye.frame.type = frame_goodbye;
   for (auto& link : peers_) {
     if (!link.served || link.failed) continue;
-    for (auto& conn : link.streams) {
-      if (!conn || conn->state() != Connection::State::established) continue;
-      conn->queue_send(goodbye, nullptr, nullptr);
-      if (conn) conn->half_close();  // a failed write retires the whole link
+    for (auto& path : link.paths) {
+      if (path.state != Path::State::up) continue;
+      for (auto& conn : path.streams) {
+        if (!conn || conn->state() != Connection::State::established) continue;
+        conn->queue_send(goodbye, nullptr, nullptr);
+        if (conn) conn->half_close();  // a failed write retires the whole link
+      }
     }
   }
   // Drive the engine until every peer has seen our goodbye and closed its side too (closing
   // before that could turn unread data into a reset), or until the deadline.
   auto settled = [this] {
     for (const auto& link : peers_)
-      for (const auto& conn : link.streams)
-        if (conn && conn->state() != Connection::State::closed && !conn->eof()) return false;
+      for (const auto& path : link.paths)
+        for (const auto& conn : path.streams)
+          if (conn && conn->state() != Connection::State::closed && !conn->eof()) return false;
     return true;
   };
   while (!settled() && base::Clock::now() < deadline) context_.engine->poll(10);
   for (auto& link : peers_)
-    for (auto& conn : link.streams)
-      if (conn) conn->close(nullptr);
+    for (auto& path : link.paths)
+      for (auto& conn : path.streams)
+        if (conn) conn->close(nullptr);
 }
 
 void TcpTransport::collect_metrics(base::metrics::Sink& sink,
                                    const base::metrics::Labels& labels) const {
-  for (std::size_t p = 0; p < peers_.size(); ++p) {
-    for (const auto& conn : peers_[p].streams) {
-      if (!conn) continue;
-      base::metrics::Labels l = labels;
-      l.emplace_back("peer", std::to_string(p));
-      l.emplace_back("stream", std::to_string(conn->stream()));
-      l.emplace_back("path", conn->describe());
-      auto with = [&](const char* direction) {
-        auto d = l;
-        d.emplace_back("direction", direction);
-        return d;
-      };
-      sink.counter("anview_tcp_stream_bytes_total", "Bytes through a TCP stream's socket",
-                   with("sent"), static_cast<double>(conn->bytes_sent()));
-      sink.counter("anview_tcp_stream_bytes_total", "Bytes through a TCP stream's socket",
-                   with("received"), static_cast<double>(conn->bytes_received()));
-      sink.gauge("anview_tcp_stream_queued_bytes",
-                 "Bytes queued on a TCP stream that the socket has not taken yet", l,
-                 static_cast<double>(conn->queued_bytes()));
-      sink.gauge("anview_tcp_stream_reading_paused",
-                 "1 while a TCP stream is not read (the receiver's unexpected-message budget "
-                 "is full: flow control)",
-                 l, conn->paused() ? 1 : 0);
+  for (std::size_t r = 0; r < peers_.size(); ++r) {
+    const PeerLink& link = peers_[r];
+    for (std::size_t p = 0; p < link.paths.size(); ++p) {
+      const Path& path = link.paths[p];
+      base::metrics::Labels pl = labels;
+      pl.emplace_back("peer", std::to_string(r));
+      pl.emplace_back("path_index", std::to_string(p));
+      pl.emplace_back("path", path.describe());
+      sink.gauge("anview_tcp_path_up", "1 while a network path to a peer carries traffic", pl,
+                 path.state == Path::State::up ? 1 : 0);
+      sink.counter("anview_tcp_path_failures_total",
+                   "Times a network path failed (reset, closed, or unacknowledged too long)", pl,
+                   static_cast<double>(path.failures));
+      sink.counter("anview_tcp_path_resent_frames_total",
+                   "Frames sent again on other paths after this path failed", pl,
+                   static_cast<double>(path.resent_frames));
+      sink.counter("anview_tcp_path_sent_bytes_total",
+                   "Bytes a path's connections sent (all its connections so far)", pl,
+                   static_cast<double>(path.bytes_sent()));
+      sink.gauge("anview_tcp_path_rtt_seconds", "Smoothed round-trip time of a path (kernel)", pl,
+                 path.rtt_us * 1e-6);
+      sink.gauge("anview_tcp_path_send_rate_bytes",
+                 "Bytes per second a path sent lately (smoothed)", pl, path.rate);
+      for (const auto& conn : path.streams) {
+        if (!conn) continue;
+        base::metrics::Labels l = labels;
+        l.emplace_back("peer", std::to_string(r));
+        l.emplace_back("stream", std::to_string(conn->stream()));
+        l.emplace_back("path", conn->describe());
+        auto with = [&](const char* direction) {
+          auto d = l;
+          d.emplace_back("direction", direction);
+          return d;
+        };
+        sink.counter("anview_tcp_stream_bytes_total", "Bytes through a TCP stream's socket",
+                     with("sent"), static_cast<double>(conn->bytes_sent()));
+        sink.counter("anview_tcp_stream_bytes_total", "Bytes through a TCP stream's socket",
+                     with("received"), static_cast<double>(conn->bytes_received()));
+        sink.gauge("anview_tcp_stream_queued_bytes",
+                   "Bytes queued on a TCP stream that the socket has not taken yet", l,
+                   static_cast<double>(conn->queued_bytes()));
+        sink.gauge("anview_tcp_stream_reading_paused",
+                   "1 while a TCP stream is not read (the receiver's unexpected-message budget "
+                   "is full: flow control)",
+                   l, conn->paused() ? 1 : 0);
+      }
     }
   }
 }
 
 std::string TcpTransport::describe_peer(int peer) const {
   const PeerLink& link = peers_[static_cast<std::size_t>(peer)];
-  std::string text = "tcp " + (link.address.empty() ? std::string("?") : link.address) + ", " +
-                     std::to_string(stream_count_) + " stream" + (stream_count_ > 1 ? "s" : "");
+  const std::string streams =
+      std::to_string(stream_count_) + " stream" + (stream_count_ > 1 ? "s" : "");
+  if (link.paths.size() > 1) {
+    return "tcp, " + std::to_string(link.paths.size()) + " paths of " + streams + ": " +
+           describe_paths(link) + (link.failed ? " (closed)" : "");
+  }
+  std::string text =
+      "tcp " + (link.address.empty() ? std::string("?") : link.address) + ", " + streams;
   if (link.failed) text += " (closed)";
   return text;
 }

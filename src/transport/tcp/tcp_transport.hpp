@@ -1,16 +1,29 @@
-// The TCP transport: one listening socket per rank, `ANVIEW_TCP_STREAMS` connections per peer
-// pair (the lower rank connects), a versioned handshake, and frames over non-blocking sockets
-// driven by the progress engine's epoll. Matching frames travel on stream 0 so they keep their
-// order; bulk data frames go to the stream with the least queued bytes.
+// The TCP transport: one listening socket per rank and, towards each peer, one or more network
+// paths (pairs of interfaces, paths.hpp), each with `ANVIEW_TCP_STREAMS` connections (the lower
+// rank connects), a versioned handshake, and frames over non-blocking sockets driven by the
+// progress engine's epoll.
+//
+// One path: matching frames travel on stream 0 so they keep their order; bulk data frames go to
+// the stream with the least queued bytes. Several paths (a peer on another host reachable
+// through several interfaces): every frame is numbered and kept until the peer acknowledges it;
+// data chunks are pulled by whichever stream has room, so each path carries what it can; a path
+// that fails (reset, end of stream, or no acknowledgement from the kernel past
+// ANVIEW_TCP_PATH_TIMEOUT) has its unacknowledged frames sent again on the others, and the
+// receiver drops the copies it already has. The connecting side probes a failed path and
+// re-admits it when it works again. The link fails only when every path has.
 #pragma once
 
 #include <atomic>
+#include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "base/process_watch.hpp"
 #include "transport/tcp/connection.hpp"
+#include "transport/tcp/paths.hpp"
+#include "transport/tcp/sequence.hpp"
 #include "transport/transport.hpp"
 
 namespace anview::transport::tcp {
@@ -43,52 +56,135 @@ class TcpTransport final : public Transport, private base::FdHandler {
   // --- called by Connection ---
   void on_hello(Connection& conn, const Handshake& hello);
   void on_ack(Connection& conn, const Handshake& reply);
-  Landing deliver_frame(Connection& conn, const FrameHeader& header, bool may_defer);
-  void deliver_frame_done(Connection& conn, const FrameHeader& header, void* data);
+  Landing deliver_frame(Connection& conn, const WireHeader& header, bool may_defer);
+  void deliver_frame_done(Connection& conn, const WireHeader& header, void* data);
+  void on_frame_interrupted(Connection& conn, const WireHeader& header, char* landing);
   void on_connection_error(Connection& conn, const Error& error);
   void on_connection_eof(Connection& conn);
+  void on_stream_room(Connection& conn);  // its send queue drained some
+  void on_read_idle(Connection& conn);    // it read what the socket had
   void want_resume(Connection& conn);
   base::ProgressEngine& engine() { return *context_.engine; }
   ErrorContext error_context(int peer, const std::string& operation) const;
 
- private:
-  struct PeerLink {
-    bool served = false;  // this transport serves the peer
-    std::string address;  // "ip:port" we connect to or were connected from
-    std::vector<std::unique_ptr<Connection>> streams;
-    int established = 0;
-    int eof_streams = 0;
-    bool goodbye = false;  // the peer said it is leaving
-    bool failed = false;
-    bool draining = false;                           // reading the other streams of a dead peer
-    bool was_up = false;                             // every stream was established once
-    std::optional<Error> setup_error;                // failed before it was up
-    std::unique_ptr<base::ProcessWatch> exit_watch;  // pidfd of a same-host peer
-  };
-  void count_established(PeerLink& link);
-  void watch_process(const PeerInfo& peer);
-
- public:
   // A same-host peer's process ended: read its streams to the end, past any budget (a
   // paused reader would otherwise never see the end of a stream the dead peer's kernel
   // still holds data for).
   void on_peer_process_exit(int peer);
 
  private:
+  struct Path {
+    enum class State { connecting, up, failed };
+    PathPlan plan;  // the connecting side's plan; the accepting side knows the remote only
+    std::vector<std::unique_ptr<Connection>> streams;
+    State state = State::connecting;
+    int established = 0;
+    std::uint16_t generation = 0;  // of its current connections
+    bool first_attempt = true;     // still on the connection made at setup
+    base::Deadline connect_deadline{};
+    base::Deadline next_probe{};
+    std::chrono::milliseconds probe_backoff{0};
+    std::string last_failure;
+    std::uint64_t failures = 0;
+    std::uint64_t resent_frames = 0;
+    std::uint64_t retired_bytes = 0;  // sent by its earlier connections
+    // Statistics, refreshed by the periodic check.
+    std::uint32_t rtt_us = 0;
+    double rate = 0;  // bytes per second sent, smoothed
+    std::uint64_t rate_bytes = 0;
+    base::Clock::time_point rate_at{};
+    std::vector<base::Clock::time_point> outstanding_since;  // per stream: unacked data seen
+    std::uint64_t keepalive_frames = 0;  // frames queued on stream 0 when last seen moving
+    base::Clock::time_point keepalive_at{};
+    std::uint64_t bytes_sent() const;
+    std::string describe() const;
+  };
+
+  // A frame kept until the peer acknowledges it (several paths only).
+  struct Unacked {
+    std::uint64_t seq = 0;
+    FrameHeader header;
+    const char* payload = nullptr;  // the caller's (data chunks) or `copy` (ordered frames)
+    std::unique_ptr<char[]> copy;
+    SendDone done;  // ordered: when first written; data chunks: when acknowledged
+    int path = -1;  // where it was last queued; -1: waiting for a path
+  };
+
+  struct PeerLink {
+    bool served = false;     // this transport serves the peer
+    bool connector = false;  // we connect (the lower rank)
+    std::string address;     // the remote address of the first path, for messages
+    std::vector<Path> paths;
+    int control = -1;  // the path whose stream 0 carries ordered frames
+    int eof_streams = 0;
+    bool goodbye = false;  // the peer said it is leaving
+    bool failed = false;
+    bool draining = false;                           // reading the other streams of a dead peer
+    bool was_up = false;                             // a path was up once
+    std::optional<Error> setup_error;                // failed before it was up
+    std::unique_ptr<base::ProcessWatch> exit_watch;  // pidfd of a same-host peer
+    // Several paths: sending.
+    bool reliable = false;
+    std::uint64_t next_ordered = 0;
+    std::uint64_t next_chunk = 0;
+    std::deque<Unacked> ordered_unacked;    // by seq, contiguous
+    std::deque<Unacked> chunk_unacked;      // by chunk number, contiguous
+    std::deque<std::uint64_t> chunk_queue;  // chunk numbers waiting for a stream
+    bool feeding = false;
+    // Several paths: receiving.
+    std::uint64_t ordered_started = 0;  // handed to the sink
+    std::uint64_t ordered_done = 0;     // arrived whole
+    SeqSet chunks_started;
+    SeqSet chunks_done;
+    std::map<std::uint64_t, char*> interrupted;  // seq -> landing of a frame cut off midway
+    std::uint64_t unacked_frames = 0;            // ordered frames taken since our last ack
+    std::uint64_t unacked_bytes = 0;
+    bool ack_due = false;
+  };
+
+  void count_established(int peer, int path);
+  void watch_process(const PeerInfo& peer);
   void on_fd_events(std::uint32_t events) override;  // the listening socket
   void accept_pending();
   bool poll_housekeeping();
+  void periodic_check();
+  void check_path(int peer, int path, base::Clock::time_point now);
   void fail_link(int peer, const Error& error);
   void retire(std::unique_ptr<Connection> conn);
-  Connection& pick_stream(PeerLink& link, Ordering ordering);
-  std::string pick_address(const PeerInfo& peer, std::string* why) const;
+  Connection* pick_stream(PeerLink& link, Ordering ordering);
+  std::vector<PathPlan> plan_for(const PeerInfo& peer) const;
+  Handshake make_hello(int stream, int path, int path_count, std::uint16_t generation) const;
+  void configure_socket(int fd) const;
+  // Several paths.
+  void start_path(int peer, int path);
+  void path_attempt_failed(int peer, int path, const std::string& cause);
+  void path_failed(int peer, int path, const std::string& cause, bool tell_peer);
+  void close_path_streams(Path& path, const Error& error);
+  bool other_path_up(const PeerLink& link, int path) const;
+  int best_control_path(const PeerLink& link) const;
+  void queue_ordered(int peer, Unacked& entry);
+  void pump_ordered(int peer);
+  void feed(int peer);
+  void send_ack(int peer);
+  void on_acknowledged(int peer, std::uint64_t ordered, std::uint64_t chunks);
+  void on_ordered_written(int peer, std::uint64_t seq);
+  Landing deliver_sequenced(Connection& conn, PeerLink& link, const WireHeader& header,
+                            bool may_defer);
+  Landing deliver_transport_frame(Connection& conn, const WireHeader& header);
+  std::string describe_paths(const PeerLink& link) const;
+  void set_next_tick(base::Clock::time_point when);
 
   TransportContext context_;
   int stream_count_;
   int sockbuf_bytes_;  // ANVIEW_TCP_SOCKBUF, read once
+  int max_paths_;      // ANVIEW_TCP_PATHS
+  std::chrono::milliseconds path_timeout_;
+  std::chrono::milliseconds link_timeout_;
+  std::string congestion_control_;  // ANVIEW_TCP_CC; empty: the kernel's default
   base::Fd listener_;
   std::uint16_t port_ = 0;
   std::vector<std::string> published_;  // our addresses, "ip:port"
+  std::vector<LocalAddress> local_addresses_;
   std::vector<PeerLink> peers_;
   std::vector<std::unique_ptr<Connection>> accepting_;  // waiting for a hello
   std::vector<base::Deadline> accepting_deadlines_;
@@ -96,8 +192,10 @@ class TcpTransport final : public Transport, private base::FdHandler {
   std::vector<Connection*> resume_wanted_;
   // Something above needs poll_housekeeping() (a lock-free hint for the spinning driver).
   std::atomic<bool> housekeeping_{false};
+  // Links with several paths need a periodic check (path health, probes, keepalives).
+  std::atomic<bool> multipath_{false};
+  std::atomic<std::int64_t> next_tick_ns_{0};
   bool closing_ = false;
-  std::vector<char> discard_;  // landing for frames that arrive while closing
 };
 
 }  // namespace anview::transport::tcp
