@@ -1,7 +1,9 @@
 #include "transport/tcp/connection.hpp"
 
+#include <linux/sockios.h>
+#include <linux/tcp.h>  // struct tcp_info with the delivery rate (glibc's lacks it)
 #include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -71,15 +73,23 @@ char* Connection::discard_landing(std::size_t bytes) {
   return discard_.data();
 }
 
-bool Connection::kernel_state(std::uint32_t* unacked_ms, std::uint32_t* rtt_us) const {
+bool Connection::kernel_state(KernelState* state) const {
   if (!fd_.valid()) return false;
   tcp_info info{};
   socklen_t len = sizeof info;
   if (::getsockopt(fd_.get(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
   const bool outstanding = info.tcpi_unacked > 0 || info.tcpi_probes > 0 || info.tcpi_backoff > 0;
-  *unacked_ms = outstanding ? info.tcpi_last_ack_recv : 0;
-  *rtt_us = info.tcpi_rtt;
+  state->unacked_ms = outstanding ? info.tcpi_last_ack_recv : 0;
+  state->rtt_us = info.tcpi_rtt;
+  state->delivery_rate = info.tcpi_delivery_rate;
+  state->app_limited = info.tcpi_delivery_rate_app_limited != 0;
   return true;
+}
+
+std::size_t Connection::unsent_bytes() const {
+  int in_kernel = 0;
+  if (!fd_.valid() || ::ioctl(fd_.get(), SIOCOUTQ, &in_kernel) != 0) in_kernel = 0;
+  return queued_bytes_ + static_cast<std::size_t>(std::max(in_kernel, 0));
 }
 
 Connection::~Connection() {

@@ -89,10 +89,17 @@ class Connection final : public base::FdHandler {
   void set_path(int path) { path_ = path; }
   std::uint16_t generation() const { return generation_; }
   void set_generation(std::uint16_t g) { generation_ = g; }
-  // The kernel's view of the connection (TCP_INFO): how long since the peer acknowledged
-  // anything while data waits for an acknowledgement (0 when nothing is outstanding), and the
-  // smoothed round-trip time. False when the socket cannot tell.
-  bool kernel_state(std::uint32_t* unacked_ms, std::uint32_t* rtt_us) const;
+  // The kernel's view of the connection (TCP_INFO). False when the socket cannot tell.
+  struct KernelState {
+    std::uint32_t unacked_ms = 0;     // since the peer acknowledged anything while data waits
+                                      // for an acknowledgement; 0 when nothing is outstanding
+    std::uint32_t rtt_us = 0;         // smoothed round-trip time
+    std::uint64_t delivery_rate = 0;  // bytes per second, the kernel's latest estimate
+    bool app_limited = false;         // ... taken while we had too little to send
+  };
+  bool kernel_state(KernelState* state) const;
+  // Bytes that have not reached the peer yet: queued here plus unacknowledged in the kernel.
+  std::size_t unsent_bytes() const;
   // A landing for a payload that is read and dropped (a duplicate frame), owned by this stream.
   char* discard_landing(std::size_t bytes);
   bool is_discard(const void* data) const { return data != nullptr && data == discard_.data(); }

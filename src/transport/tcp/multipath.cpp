@@ -256,11 +256,16 @@ void TcpTransport::check_path(int peer, int index, base::Clock::time_point now) 
   }
   // Up: the kernel tells whether the peer acknowledges what we sent.
   std::uint32_t worst_ms = 0, rtt_us = 0;
+  double capacity = 0;
+  bool measured = false;  // some stream had enough to send to show the path's capacity
   for (std::size_t s = 0; s < path.streams.size(); ++s) {
     const auto& conn = path.streams[s];
-    std::uint32_t unacked_ms = 0, rtt = 0;
-    if (!conn || !conn->kernel_state(&unacked_ms, &rtt)) continue;
-    if (rtt > 0 && (rtt_us == 0 || rtt < rtt_us)) rtt_us = rtt;
+    Connection::KernelState k;
+    if (!conn || !conn->kernel_state(&k)) continue;
+    const std::uint32_t unacked_ms = k.unacked_ms;
+    if (k.rtt_us > 0 && (rtt_us == 0 || k.rtt_us < rtt_us)) rtt_us = k.rtt_us;
+    capacity += static_cast<double>(k.delivery_rate);
+    measured = measured || (!k.app_limited && k.delivery_rate > 0);
     auto& since = path.outstanding_since[s];
     if (unacked_ms == 0) {
       since = {};
@@ -272,6 +277,10 @@ void TcpTransport::check_path(int peer, int index, base::Clock::time_point now) 
     worst_ms = std::max(worst_ms, std::min(unacked_ms, static_cast<std::uint32_t>(waited.count())));
   }
   path.rtt_us = rtt_us;
+  // What the path can carry: the kernel's delivery rate while it was busy; samples taken
+  // while it idled only ever raise the estimate.
+  if (measured || capacity > path.capacity)
+    path.capacity = path.capacity == 0 ? capacity : 0.5 * path.capacity + 0.5 * capacity;
   const std::uint64_t bytes = path.bytes_sent();
   const double seconds = std::chrono::duration<double>(now - path.rate_at).count();
   if (seconds > 0) {
@@ -368,19 +377,23 @@ void TcpTransport::feed(int peer) {
     }
     Unacked& entry = link.chunk_unacked[static_cast<std::size_t>(
         number - (link.chunk_unacked.front().seq & ~chunk_seq_bit))];
-    // The stream expected to finish it first: queued bytes over the path's measured rate.
+    // The stream expected to finish it first: what it has not delivered yet, plus the
+    // chunk, over its path's capacity (unknown capacities count as the best known one).
+    double known = 0;
+    for (const auto& path : link.paths)
+      if (path.state == Path::State::up) known = std::max(known, path.capacity);
     Connection* best = nullptr;
     int best_path = -1;
     double best_time = 0;
     for (std::size_t p = 0; p < link.paths.size(); ++p) {
       Path& path = link.paths[p];
       if (path.state != Path::State::up) continue;
-      const double rate = path.rate > 1e6 ? path.rate : 1e6;
+      const double rate = path.capacity > 0 ? path.capacity : (known > 0 ? known : 1e9);
       for (std::size_t s = stream_count_ > 1 ? 1 : 0; s < path.streams.size(); ++s) {
         Connection* conn = path.streams[s].get();
         if (conn == nullptr || conn->queued_bytes() >= feed_limit) continue;
         const double time =
-            static_cast<double>(conn->queued_bytes() + entry.header.payload_bytes) / rate;
+            static_cast<double>(conn->unsent_bytes() + entry.header.payload_bytes) / rate;
         if (best == nullptr || time < best_time) {
           best = conn;
           best_path = static_cast<int>(p);

@@ -908,6 +908,9 @@ void TcpTransport::collect_metrics(base::metrics::Sink& sink,
                  path.rtt_us * 1e-6);
       sink.gauge("anview_tcp_path_send_rate_bytes",
                  "Bytes per second a path sent lately (smoothed)", pl, path.rate);
+      sink.gauge("anview_tcp_path_capacity_bytes",
+                 "Bytes per second a path can deliver (the kernel's delivery rate while busy)", pl,
+                 path.capacity);
       for (const auto& conn : path.streams) {
         if (!conn) continue;
         base::metrics::Labels l = labels;

@@ -90,7 +90,8 @@ class TcpTransport final : public Transport, private base::FdHandler {
     std::uint64_t retired_bytes = 0;  // sent by its earlier connections
     // Statistics, refreshed by the periodic check.
     std::uint32_t rtt_us = 0;
-    double rate = 0;  // bytes per second sent, smoothed
+    double rate = 0;      // bytes per second sent, smoothed
+    double capacity = 0;  // bytes per second it can deliver (kernel estimate); 0: unknown
     std::uint64_t rate_bytes = 0;
     base::Clock::time_point rate_at{};
     std::vector<base::Clock::time_point> outstanding_since;  // per stream: unacked data seen
