@@ -12,6 +12,10 @@ Two emulated hosts, two links each. Reports medians over the repeats:
 2. Failover stall: both links at 1 Gbit/s, 256 MiB as 4 MiB messages; link 1 goes down 1 s in.
    The figure: the longest gap between two messages arriving at the receiver, next to the
    same transfer with no failure (the issue asks <= 1 s of no delivery).
+3. Incast: four hosts send 24 x 4 MiB each into a fifth whose link is limited to 1 Gbit/s,
+   while one sender ping-pongs 8 bytes with the receiver. The figures: the aggregate rate /
+   iperf3's rate into that link, and the ping's p99, with the receiver's credit (the default)
+   and without (ANVIEW_TCP_CREDIT=0), under the cubic and bbr congestion controls.
 
 Needs root (network namespaces) and iperf3; runs the lab's ranks with the build's
 anview_lab_transfer.
@@ -45,11 +49,10 @@ def iperf3(lab, src_host, dst_host, link, seconds=3):
     return json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
 
 
-def transfer(lab, program, args, env=None, during=None):
-    """Runs rank 0 on host 0 sending to rank 1 on host 1; both results (dicts)."""
-    base_env = {"ANVIEW_TIMEOUT": "60", "ANVIEW_LOG_LEVEL": "error"}
-    base_env.update(env or {})
-    procs = lab.start_ranks([program, *map(str, args)], placement=[0, 1], env=base_env,
+def run_ranks(lab, cmd, placement, env=None, during=None):
+    """Runs rank r of CMD on host placement[r]; `during(lab)` meanwhile; their RESULT dicts."""
+    procs = lab.start_ranks([*map(str, cmd)], placement=placement,
+                            env={"ANVIEW_TIMEOUT": "60", "ANVIEW_LOG_LEVEL": "error", **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     thread = threading.Thread(target=during, args=(lab,)) if during else None
     if thread:
@@ -58,12 +61,24 @@ def transfer(lab, program, args, env=None, during=None):
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         if proc.returncode != 0:
-            raise RuntimeError(f"rank exited {proc.returncode}: {err[-2000:]}")
+            raise RuntimeError(f"{cmd[0]} rank exited {proc.returncode}: {err[-2000:]}")
         results.append(next(json.loads(line[7:]) for line in out.splitlines()
                             if line.startswith("RESULT ")))
     if thread:
         thread.join()
     return results
+
+
+def transfer(lab, program, args, env=None, during=None):
+    """Rank 0 on host 0 sends to rank 1 on host 1; both results."""
+    return run_ranks(lab, [program, *args], [0, 1], env, during)
+
+
+def incast(lab, program, env):
+    """Every other host into host 0: (aggregate Mbit/s, ping p99 in ms)."""
+    results = run_ranks(lab, [program, "--bytes", 4 << 20, "--messages", 24],
+                        list(range(lab.hosts)), env)
+    return results[0]["mbit_per_s"], results[1]["ping_p99_us"] / 1000
 
 
 def mbit(result):
@@ -76,6 +91,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     program = os.path.abspath(os.path.join(args.build, "bin", "anview_lab_transfer"))
+    incast_program = os.path.abspath(os.path.join(args.build, "bin", "anview_lab_incast"))
     code, why = lab_check()
     if code != 0:
         sys.exit(f"bench_multipath: the lab is not available here: {why}")
@@ -123,6 +139,21 @@ def main():
                   f"{mbit(base):.0f} Mbit/s", flush=True)
     print(f"  median longest gap: {statistics.median(stalls):.0f} ms with a path failing, "
           f"{statistics.median(quiet):.0f} ms without")
+
+    print("== Incast 4 -> 1 into a 1 Gbit/s link, with a concurrent 8 B ping")
+    with Lab(hosts=5, links=1, host_rates={(0, 0): "1gbit"}) as lab:
+        reference = statistics.median(iperf3(lab, 1, 0, 0) for _ in range(args.repeats))
+        print(f"  iperf3 into the receiver's link: {reference:.0f} Mbit/s (median)")
+        for cc in ("cubic", "bbr"):
+            for credit in ("2M", "0"):
+                runs = [incast(lab, incast_program, {"ANVIEW_TCP_CC": cc,
+                                                      "ANVIEW_TCP_CREDIT": credit})
+                        for _ in range(args.repeats)]
+                rate = statistics.median(r[0] for r in runs)
+                p99 = statistics.median(r[1] for r in runs)
+                print(f"  {cc:5s} credit {credit:2s}: aggregate {rate:.0f} Mbit/s "
+                      f"({rate / reference:.3f} of iperf3), ping p99 {p99:.1f} ms "
+                      f"(runs: {', '.join(f'{r[1]:.1f}' for r in runs)})", flush=True)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,15 @@ import pytest
 from lab_harness import Lab, skip_unless_lab_available
 
 PROGRAM = os.environ.get("ANVIEW_LAB_TRANSFER", "")
+INCAST = os.environ.get("ANVIEW_LAB_INCAST", "")
 
 
 @pytest.fixture(autouse=True)
 def _lab_available():
     skip_unless_lab_available()
-    if not os.path.exists(PROGRAM):
-        pytest.fail(f"ANVIEW_LAB_TRANSFER ({PROGRAM!r}) does not name the built program")
+    for variable, program in (("ANVIEW_LAB_TRANSFER", PROGRAM), ("ANVIEW_LAB_INCAST", INCAST)):
+        if not os.path.exists(program):
+            pytest.fail(f"{variable} ({program!r}) does not name the built program")
 
 
 def run_transfer(lab, args, env=None, during=None, timeout=120):
@@ -129,3 +131,27 @@ def test_a_slower_path_carries_less():
         slow = path_value(sender, "anview_tcp_path_sent_bytes_total", 1)
         # 4:1 by rate; an even split would be 1:1.
         assert slow > 0 and fast > 2 * slow, (fast, slow)
+
+
+def run_incast(lab, env):
+    procs = lab.start_ranks([INCAST, "--bytes", 4 << 20, "--messages", 8],
+                            placement=list(range(lab.hosts)),
+                            env={"ANVIEW_TIMEOUT": "30", "ANVIEW_LOG_LEVEL": "warn", **env},
+                            stdout=-1, stderr=-1, text=True)
+    out = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=120)
+        result = next((json.loads(line[7:]) for line in stdout.splitlines()
+                       if line.startswith("RESULT ")), None)
+        out.append((proc.returncode, stdout, stderr, result))
+    return out
+
+
+def test_incast_four_into_one_delivers_everything_with_and_without_credit():
+    # Four senders into rank 0, whose link is the bottleneck; rank 1 pings rank 0 meanwhile.
+    with Lab(hosts=5, links=1, host_rates={(0, 0): "1gbit"}) as lab:
+        for env in ({}, {"ANVIEW_TCP_CREDIT": "0"}, {"ANVIEW_TCP_CREDIT": "64K"}):
+            ranks = run_incast(lab, env)
+            assert [r[0] for r in ranks] == [0] * 5, (env, describe(ranks))
+            assert ranks[0][3]["bytes"] == 4 * 8 * (4 << 20)  # rank 0 checked every byte
+            assert ranks[1][3]["pings"] > 0, (env, describe(ranks))

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -66,6 +67,13 @@ void Connection::finish_connect() {
   }
   state_ = State::awaiting_ack;
   update_interest();
+}
+
+void Connection::set_credit(std::uint64_t limit) {
+  credited_ = true;
+  if (limit <= credit_limit_) return;
+  credit_limit_ = limit;
+  if (!want_write_ && !sendq_.empty() && state_ == State::established) flush();
 }
 
 char* Connection::discard_landing(std::size_t bytes) {
@@ -149,26 +157,61 @@ bool Connection::try_send_now(const WireHeader& header) {
 }
 
 void Connection::queue_send(const WireHeader& header, const void* payload, SendDone done) {
-  sendq_.push_back(Pending{header, static_cast<const char*>(payload), header.frame.payload_bytes, 0,
-                           std::move(done)});
+  Pending p{header, static_cast<const char*>(payload), header.frame.payload_bytes, 0,
+            std::move(done)};
   queued_bytes_ += header_bytes + header.frame.payload_bytes;
   ++frames_queued_;
+  if (credited_ && !counts_for_credit(header)) {
+    // The transport's own frames (credit, acknowledgements) pass the p2p frames waiting for
+    // credit: behind the frame being written and earlier frames of their kind. Otherwise two
+    // ranks could each hold the other's credit behind data that waits for it.
+    auto at = sendq_.begin();
+    if (at != sendq_.end() && at->sent > 0) ++at;
+    while (at != sendq_.end() && !counts_for_credit(at->header)) ++at;
+    sendq_.insert(at, std::move(p));
+    ++uncounted_queued_;
+    flush();
+    return;
+  }
+  sendq_.push_back(std::move(p));
   if (sendq_.size() == 1) flush();
 }
 
 void Connection::flush() {
   std::vector<SendDone> completed;
+  bool blocked = false;  // out of credit: the receiver has not made room yet
   while (!sendq_.empty() && state_ != State::closed) {
     iovec iov[max_iov];
     int count = 0;
+    // With credit, p2p frames are written up to the receiver's grant (cutting a frame if need
+    // be); the transport's own frames (acknowledgements, credit) never wait for it.
+    std::size_t budget = SIZE_MAX;
+    if (credited_)
+      budget = credit_limit_ > credited_sent_
+                   ? static_cast<std::size_t>(credit_limit_ - credited_sent_)
+                   : 0;
     for (auto it = sendq_.begin(); it != sendq_.end() && count + 2 <= max_iov; ++it) {
-      if (it->sent < header_bytes) {
-        iov[count++] = {reinterpret_cast<char*>(&it->header) + it->sent, header_bytes - it->sent};
+      std::size_t room = header_bytes + it->bytes - it->sent;
+      const bool counted = credited_ && counts_for_credit(it->header);
+      // A frame cut at the credit is finished past it when the transport's frames wait behind.
+      if (counted && !(it->sent > 0 && uncounted_queued_ > 0)) room = std::min(room, budget);
+      if (room == 0) break;
+      std::size_t at = it->sent;
+      const std::size_t end = it->sent + room;
+      if (at < header_bytes) {
+        const std::size_t n = std::min(end, header_bytes) - at;
+        iov[count++] = {reinterpret_cast<char*>(&it->header) + at, n};
+        at += n;
       }
-      const std::size_t payload_sent = it->sent > header_bytes ? it->sent - header_bytes : 0;
-      if (it->bytes > payload_sent) {
-        iov[count++] = {const_cast<char*>(it->payload) + payload_sent, it->bytes - payload_sent};
+      if (end > at) iov[count++] = {const_cast<char*>(it->payload) + (at - header_bytes), end - at};
+      if (counted) {
+        budget -= std::min(budget, room);
+        if (end < header_bytes + it->bytes) break;  // cut: nothing may pass it
       }
+    }
+    if (count == 0) {
+      blocked = true;
+      break;
     }
     msghdr msg{};
     msg.msg_iov = iov;
@@ -186,16 +229,18 @@ void Connection::flush() {
     while (left > 0) {
       Pending& p = sendq_.front();
       const std::size_t rest = header_bytes + p.bytes - p.sent;
+      if (counts_for_credit(p.header)) credited_sent_ += std::min(left, rest);
       if (left < rest) {
         p.sent += left;
         break;
       }
+      if (credited_ && !counts_for_credit(p.header) && uncounted_queued_ > 0) --uncounted_queued_;
       left -= rest;
       completed.push_back(std::move(p.done));
       sendq_.pop_front();
     }
   }
-  want_write_ = !sendq_.empty() && state_ != State::closed;
+  want_write_ = !sendq_.empty() && state_ != State::closed && !blocked;
   update_interest();
   if (sendq_.empty() && half_close_pending_ && state_ != State::closed) {
     ::shutdown(fd_.get(), SHUT_WR);
@@ -247,6 +292,7 @@ void Connection::close(const Error* error) {
   std::deque<Pending> failed;
   failed.swap(sendq_);
   queued_bytes_ = 0;
+  uncounted_queued_ = 0;
   const Error closed(ErrorKind::link, owner_.error_context(peer_, "send"));
   for (auto& p : failed)
     if (p.done) p.done(error ? error : &closed);
@@ -314,6 +360,7 @@ bool Connection::read_frames() {
         std::memcpy(landing_ + landed_, rx_.get() + rx_head_, n);
         rx_head_ += n;
         landed_ += static_cast<std::uint32_t>(n);
+        if (counts_for_credit(current_)) credited_received_ += n;
         if (landed_ == current_.frame.payload_bytes) finish_frame();
         continue;
       }
@@ -323,7 +370,12 @@ bool Connection::read_frames() {
       if (socket_drained_ && !must_accept_) {
         // The rest of this payload is sure to come: ask epoll to wake us only once a good
         // part of it is there, not for every 64 KiB segment.
-        if (max_low_watermark() > 1) set_low_watermark(std::min(need, max_low_watermark()));
+        // With credit, no more than the sender may still send: it waits for our next grant.
+        std::size_t wake = std::min(need, max_low_watermark());
+        if (granted_ > 0)
+          wake = std::min<std::size_t>(
+              wake, granted_ > credited_received_ ? granted_ - credited_received_ : 1);
+        if (max_low_watermark() > 1) set_low_watermark(std::max<std::size_t>(wake, 1));
         return true;
       }
       const ssize_t n = ::readv(fd_.get(), iov, 2);
@@ -337,6 +389,7 @@ bool Connection::read_frames() {
           landed_ = current_.frame.payload_bytes;
           rx_tail_ = got - need;
         }
+        if (counts_for_credit(current_)) credited_received_ += std::min(got, need);
         if (landed_ == current_.frame.payload_bytes) finish_frame();
         continue;
       }
@@ -411,6 +464,7 @@ bool Connection::start_frame() {
     return false;
   }
   rx_head_ += header_bytes;
+  if (counts_for_credit(current_)) credited_received_ += header_bytes;
   landing_ = static_cast<char*>(landing.data);
   landed_ = 0;
   in_payload_ = true;

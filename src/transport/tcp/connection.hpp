@@ -33,6 +33,9 @@ inline constexpr std::uint8_t frame_ack = 0xF2;
 inline constexpr std::uint8_t frame_path_down = 0xF3;
 // Keeps an idle path's acknowledgements flowing, so a dead path is noticed before it is needed.
 inline constexpr std::uint8_t frame_keepalive = 0xF4;
+// Receiver-driven flow control: the sender may write up to `arg` bytes (counted from the
+// stream's start) on data stream `id & 0xFFFF` of path `tag`, generation `id >> 16`.
+inline constexpr std::uint8_t frame_credit = 0xF5;
 
 // What travels on a TCP stream: a sequence number (sequence.hpp; 0 for the transport's own
 // frames), then the frame.
@@ -41,6 +44,12 @@ struct WireHeader {
   FrameHeader frame;
 };
 static_assert(sizeof(WireHeader) == 40, "WireHeader is a wire format");
+
+// Flow control counts the bytes of p2p frames only: the transport's own frames (which carry
+// the credit itself) are never held back.
+inline bool counts_for_credit(const WireHeader& h) {
+  return h.frame.type < frame_goodbye;
+}
 
 class Connection final : public base::FdHandler {
  public:
@@ -100,6 +109,15 @@ class Connection final : public base::FdHandler {
   bool kernel_state(KernelState* state) const;
   // Bytes that have not reached the peer yet: queued here plus unacknowledged in the kernel.
   std::size_t unsent_bytes() const;
+  // Receiver-driven flow control of a data stream: the sender writes no further than `limit`
+  // bytes since the stream was established (the receiver's latest grant; only ever raised),
+  // and goes on writing when a grant raises it. The receiver keeps what it granted.
+  void set_credit(std::uint64_t limit);
+  bool credited() const { return credited_; }
+  std::uint64_t granted() const { return granted_; }
+  // Bytes of p2p frames (the transport's own frames do not count) read so far.
+  std::uint64_t credited_received() const { return credited_received_; }
+  void set_granted(std::uint64_t limit) { granted_ = limit; }
   // A landing for a payload that is read and dropped (a duplicate frame), owned by this stream.
   char* discard_landing(std::size_t bytes);
   bool is_discard(const void* data) const { return data != nullptr && data == discard_.data(); }
@@ -159,6 +177,12 @@ class Connection final : public base::FdHandler {
   std::deque<Pending> sendq_;
   std::size_t queued_bytes_ = 0;
   std::uint64_t frames_queued_ = 0;
+  bool credited_ = false;
+  std::uint64_t credit_limit_ = 0;       // sending: what the peer granted
+  std::uint64_t credited_sent_ = 0;      // bytes of p2p frames written
+  std::size_t uncounted_queued_ = 0;     // transport frames queued while credited
+  std::uint64_t credited_received_ = 0;  // bytes of p2p frames read
+  std::uint64_t granted_ = 0;            // receiving: what we granted the peer
   std::uint64_t bytes_sent_ = 0;
   std::uint64_t bytes_received_ = 0;
 

@@ -30,14 +30,16 @@ PathFields path_fields(const Handshake& h) {
   const auto raw = static_cast<std::uint32_t>(h.reason);
   PathFields f;
   f.path = static_cast<std::uint8_t>(raw & 0xFF);
-  f.path_count = static_cast<std::uint8_t>(std::max<std::uint32_t>((raw >> 8) & 0xFF, 1));
+  f.path_count = static_cast<std::uint8_t>(std::max<std::uint32_t>((raw >> 8) & 0x7F, 1));
+  f.grants_credit = (raw & 0x8000) != 0;
   f.generation = static_cast<std::uint16_t>(raw >> 16);
   return f;
 }
 
 void set_path_fields(Handshake& h, const PathFields& f) {
-  h.reason = static_cast<RejectReason>(std::uint32_t{f.path} | std::uint32_t{f.path_count} << 8 |
-                                       std::uint32_t{f.generation} << 16);
+  h.reason = static_cast<RejectReason>(
+      std::uint32_t{f.path} | (std::uint32_t{f.path_count} & 0x7F) << 8 |
+      (f.grants_credit ? 0x8000u : 0u) | std::uint32_t{f.generation} << 16);
 }
 
 RejectReason check_hello(const Handshake& hello, const HandshakeExpectation& expected,

@@ -44,7 +44,9 @@ static_assert(sizeof(Handshake) == 32, "Handshake is a wire format");
 // Which network path a hello's connection belongs to (offset 28 of a hello or an ack).
 struct PathFields {
   std::uint8_t path = 0;         // index among the pair's paths (pairs of interfaces)
-  std::uint8_t path_count = 1;   // paths the connecting side plans (0 reads as 1)
+  std::uint8_t path_count = 1;   // paths the connecting side plans (0 reads as 1), below 128
+  bool grants_credit = false;    // the sender limits its peers' data streams with credits
+                                 // (the top bit of the path_count byte)
   std::uint16_t generation = 0;  // bumped each time the path is connected again
 };
 PathFields path_fields(const Handshake& h);

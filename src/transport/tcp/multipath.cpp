@@ -28,8 +28,7 @@ void TcpTransport::start_path(int peer, int index) {
     for (int s = 0; s < stream_count_; ++s) {
       base::Fd fd = base::start_connect(addr, local ? &*local : nullptr, ctx);
       configure_socket(fd.get());
-      const Handshake hello =
-          make_hello(s, index, static_cast<int>(link.paths.size()), path.generation);
+      const Handshake hello = make_hello(link, s, index, path.generation);
       auto conn = std::make_unique<Connection>(*this, std::move(fd), Connection::State::connecting,
                                                peer, s, index, &hello, path.plan.remote);
       conn->set_generation(path.generation);
@@ -97,16 +96,10 @@ void TcpTransport::on_frame_interrupted(Connection& conn, const WireHeader& wire
   if (link.reliable && !link.failed) link.interrupted[wire.seq] = landing;
 }
 
-void TcpTransport::on_read_idle(Connection& conn) {
-  if (conn.peer() < 0) return;
-  if (peers_[static_cast<std::size_t>(conn.peer())].ack_due) send_ack(conn.peer());
-}
-
 void TcpTransport::send_ack(int peer) {
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
-  if (link.failed || closing_ || link.control < 0) return;
-  Path& control = link.paths[static_cast<std::size_t>(link.control)];
-  if (control.state != Path::State::up || !control.streams[0]) return;
+  Connection* conn = control_frame_stream(link);
+  if (conn == nullptr) return;
   link.ack_due = false;
   link.unacked_frames = 0;
   link.unacked_bytes = 0;
@@ -114,7 +107,7 @@ void TcpTransport::send_ack(int peer) {
   ack.frame.type = frame_ack;
   ack.frame.tag = link.ordered_done;
   ack.frame.id = link.chunks_done.floor();
-  control.streams[0]->queue_send(ack, nullptr, nullptr);
+  conn->queue_send(ack, nullptr, nullptr);
 }
 
 void TcpTransport::on_acknowledged(int peer, std::uint64_t ordered, std::uint64_t chunks) {

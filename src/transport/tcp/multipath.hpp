@@ -23,6 +23,13 @@ inline constexpr std::size_t feed_limit = std::size_t{1} << 20;
 inline constexpr std::uint64_t ack_every_frames = 64;
 inline constexpr std::uint64_t ack_every_bytes = std::uint64_t{256} << 10;
 
+// Receiver-driven flow control (ANVIEW_TCP_CREDIT): each data stream starts with this much
+// credit; a receiver shares its budget among the peers that sent data within
+// `active_sender_window`, never granting a stream less than `min_credit` at a time.
+inline constexpr std::uint64_t initial_credit = std::uint64_t{256} << 10;
+inline constexpr std::uint64_t min_credit = std::uint64_t{64} << 10;
+inline constexpr auto active_sender_window = std::chrono::milliseconds(20);
+
 // Serial-number comparison of 16-bit path generations: true when `a` is newer than `b`.
 inline bool newer(std::uint16_t a, std::uint16_t b) {
   return static_cast<std::int16_t>(static_cast<std::uint16_t>(a - b)) > 0;

@@ -38,6 +38,10 @@ const base::Setting link_timeout_setting(
     "tcp", "ANVIEW_TCP_LINK_TIMEOUT", "10s",
     "When the last working path to a peer stays unacknowledged this long (every other path "
     "failed), the link to the peer fails");
+const base::Setting credit_setting(
+    "tcp", "ANVIEW_TCP_CREDIT", "2M",
+    "Bytes a receiving rank lets its senders have on their way to it on data streams, shared "
+    "among those sending at the moment (receiver-driven flow control against incast; 0: off)");
 const base::Setting cc_setting(
     "tcp", "ANVIEW_TCP_CC", "",
     "Kernel congestion control of data connections (bbr, cubic, ...; empty: the system's "
@@ -116,7 +120,9 @@ TcpTransport::TcpTransport(const TransportContext& context)
       max_paths_(static_cast<int>(paths_setting.as_int())),
       path_timeout_(path_timeout_setting.as_duration()),
       link_timeout_(link_timeout_setting.as_duration()),
-      congestion_control_(cc_setting.value()) {
+      congestion_control_(cc_setting.value()),
+      credit_bytes_(
+          static_cast<std::uint64_t>(std::max<std::int64_t>(credit_setting.as_int(), 0))) {
   if (stream_count_ < 1 || stream_count_ > 64) {
     throw Error(ErrorKind::usage,
                 {.rank = context_.rank,
@@ -219,8 +225,9 @@ bool TcpTransport::can_reach(const PeerInfo& peer, std::string* why) const {
   return false;
 }
 
-Handshake TcpTransport::make_hello(int stream, int path, int path_count,
+Handshake TcpTransport::make_hello(const PeerLink& link, int stream, int path,
                                    std::uint16_t generation) const {
+  const auto path_count = static_cast<int>(link.paths.size());
   Handshake hello;
   hello.job_id = context_.job_id;
   hello.rank = static_cast<std::uint32_t>(context_.rank);
@@ -229,6 +236,7 @@ Handshake TcpTransport::make_hello(int stream, int path, int path_count,
   hello.stream_count = static_cast<std::uint16_t>(stream_count_);
   set_path_fields(hello, {.path = static_cast<std::uint8_t>(path),
                           .path_count = static_cast<std::uint8_t>(path_count),
+                          .grants_credit = grants_credit(link),
                           .generation = generation});
   return hello;
 }
@@ -238,6 +246,7 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
   for (const auto& peer : peers) {
     PeerLink& link = peers_[static_cast<std::size_t>(peer.rank)];
     link.served = true;
+    link.same_host = !peer.host_id.empty() && peer.host_id == context_.host_id;
     watch_process(peer);
     if (peer.rank <= context_.rank) continue;  // the lower rank connects
     link.connector = true;
@@ -262,11 +271,11 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
     for (int s = 0; s < stream_count_; ++s) {
       base::Fd fd = base::connect_tcp(addr, deadline, ctx, local ? &*local : nullptr);
       configure_socket(fd.get());
-      const Handshake hello =
-          make_hello(s, 0, static_cast<int>(link.paths.size()), first.generation);
+      const Handshake hello = make_hello(link, s, 0, first.generation);
       base::write_all(fd.get(), &hello, sizeof hello, deadline, ctx);
       first.streams[static_cast<std::size_t>(s)] = std::make_unique<Connection>(
           *this, std::move(fd), Connection::State::awaiting_ack, peer.rank, s, 0);
+      first.streams[static_cast<std::size_t>(s)]->set_generation(first.generation);
     }
     for (std::size_t p = 1; p < link.paths.size(); ++p) start_path(peer.rank, static_cast<int>(p));
   }
@@ -475,7 +484,9 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
   ack.world_size = static_cast<std::uint32_t>(context_.world_size);
   ack.stream = hello.stream;
   ack.stream_count = hello.stream_count;
-  set_path_fields(ack, fields);
+  PathFields echoed = fields;
+  echoed.grants_credit = grants_credit(*link);
+  set_path_fields(ack, echoed);
   if (!send_reply(conn.fd(), ack)) {
     base::log("tcp", base::LogLevel::warn, "tcp: could not answer the hello of rank ", hello.rank,
               " from ", from, ": ", base::errno_text(errno));
@@ -495,6 +506,8 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
   // The connection's path is known only now.
   path.streams[hello.stream] = std::move(owned);
   path.streams[hello.stream]->set_path(fields.path);
+  link->peer_grants = fields.grants_credit;
+  start_credit(*link, *path.streams[hello.stream]);
   count_established(peer, fields.path);
 }
 
@@ -529,6 +542,8 @@ void TcpTransport::on_ack(Connection& conn, const Handshake& reply) {
     return;
   }
   conn.set_established(peer, conn.stream());
+  link.peer_grants = path_fields(reply).grants_credit;
+  start_credit(link, conn);
   count_established(peer, conn.path());
 }
 
@@ -536,7 +551,7 @@ Landing TcpTransport::deliver_transport_frame(Connection& conn, const WireHeader
   const FrameHeader& header = wire.frame;
   const int peer = conn.peer();
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
-  const bool known = header.type <= frame_keepalive;
+  const bool known = header.type <= frame_credit;
   if (!known || header.payload_bytes != 0 || wire.seq != 0) {
     ErrorContext ctx = error_context(peer, "transfer");
     ctx.cause = "unknown transport frame type " + std::to_string(header.type);
@@ -571,6 +586,16 @@ Landing TcpTransport::deliver_transport_frame(Connection& conn, const WireHeader
         path_failed(peer, index, "rank " + std::to_string(peer) + " found it broken and closed it",
                     false);
       }
+      return {};
+    }
+    case frame_credit: {
+      const std::uint64_t index = header.tag;
+      const auto stream = static_cast<std::size_t>(header.id & 0xFFFF);
+      if (index >= link.paths.size() || stream >= link.paths[index].streams.size()) return {};
+      auto& target = link.paths[index].streams[stream];
+      if (target && target->generation() == static_cast<std::uint16_t>(header.id >> 16) &&
+          target->credited())
+        target->set_credit(header.arg);
       return {};
     }
     default:  // keepalive

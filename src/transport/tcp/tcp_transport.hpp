@@ -114,6 +114,7 @@ class TcpTransport final : public Transport, private base::FdHandler {
   struct PeerLink {
     bool served = false;     // this transport serves the peer
     bool connector = false;  // we connect (the lower rank)
+    bool same_host = false;  // the peer runs on this host
     std::string address;     // the remote address of the first path, for messages
     std::vector<Path> paths;
     int control = -1;  // the path whose stream 0 carries ordered frames
@@ -138,7 +139,10 @@ class TcpTransport final : public Transport, private base::FdHandler {
     SeqSet chunks_started;
     SeqSet chunks_done;
     std::map<std::uint64_t, char*> interrupted;  // seq -> landing of a frame cut off midway
-    std::uint64_t unacked_frames = 0;            // ordered frames taken since our last ack
+    // Flow control.
+    bool peer_grants = false;           // the peer grants credit: our data streams wait for it
+    base::Clock::time_point data_at{};  // when data last arrived from the peer
+    std::uint64_t unacked_frames = 0;   // ordered frames taken since our last ack
     std::uint64_t unacked_bytes = 0;
     bool ack_due = false;
   };
@@ -154,7 +158,7 @@ class TcpTransport final : public Transport, private base::FdHandler {
   void retire(std::unique_ptr<Connection> conn);
   Connection* pick_stream(PeerLink& link, Ordering ordering);
   std::vector<PathPlan> plan_for(const PeerInfo& peer) const;
-  Handshake make_hello(int stream, int path, int path_count, std::uint16_t generation) const;
+  Handshake make_hello(const PeerLink& link, int stream, int path, std::uint16_t generation) const;
   void configure_socket(int fd) const;
   // Several paths.
   void start_path(int peer, int path);
@@ -167,6 +171,14 @@ class TcpTransport final : public Transport, private base::FdHandler {
   void pump_ordered(int peer);
   void feed(int peer);
   void send_ack(int peer);
+  // Flow control (flow_control.cpp).
+  Connection* control_frame_stream(PeerLink& link);
+  void start_credit(PeerLink& link, Connection& conn);
+  // Whether we limit `link`'s data streams towards us with credit: not over loopback, where
+  // no network queue builds up and the receiver's memory is bounded anyway.
+  bool grants_credit(const PeerLink& link) const { return credit_bytes_ > 0 && !link.same_host; }
+  void grant_credit(Connection& conn);
+  int active_senders(base::Clock::time_point now) const;
   void on_acknowledged(int peer, std::uint64_t ordered, std::uint64_t chunks);
   void on_ordered_written(int peer, std::uint64_t seq);
   Landing deliver_sequenced(Connection& conn, PeerLink& link, const WireHeader& header,
@@ -182,6 +194,7 @@ class TcpTransport final : public Transport, private base::FdHandler {
   std::chrono::milliseconds path_timeout_;
   std::chrono::milliseconds link_timeout_;
   std::string congestion_control_;  // ANVIEW_TCP_CC; empty: the kernel's default
+  std::uint64_t credit_bytes_;      // ANVIEW_TCP_CREDIT; 0: no flow control
   base::Fd listener_;
   std::uint16_t port_ = 0;
   std::vector<std::string> published_;  // our addresses, "ip:port"
