@@ -4,8 +4,8 @@
 //
 // Each rank prints one line `RESULT {json}`: seconds, throughput, the longest gap between two
 // messages arriving (the stall a path failure costs), the peer's transport description and
-// the per-path metrics (anview_tcp_path_*). With --settle SEC, rank 0 afterwards waits up to
-// SEC for every path to be up again (a failed path re-admitted) before reporting. An
+// the per-path metrics (anview_tcp_path_*). With --settle SEC, both ranks afterwards wait up
+// to SEC for every path to be up again (a failed path re-admitted) before reporting. An
 // anview::Error ends the rank with exit code 3 and its message on stderr.
 #include <chrono>
 #include <cstdint>
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   app.add_option("--bytes", bytes, "bytes per message (a multiple of 8)")
       ->check(CLI::Range(8ull, 1ull << 32));
   app.add_option("--messages", messages, "messages to send")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--settle", settle, "rank 0: wait up to this many seconds for every path");
+  app.add_option("--settle", settle, "wait up to this many seconds for every path to be up");
   CLI11_PARSE(app, argc, argv);
   bytes -= bytes % 8;
   try {
@@ -110,12 +110,14 @@ int main(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     comm.barrier();
     auto metrics = path_metrics();
-    if (rank == 0 && settle > 0) {
+    if (settle > 0) {
+      // Both ranks stay (a rank that leaves closes the link) until each sees every path up.
       const auto deadline = Clock::now() + std::chrono::duration<double>(settle);
       while (!every_path_up(metrics) && Clock::now() < deadline) {
         for (int i = 0; i < 100; ++i) comm.progress();
         metrics = path_metrics();
       }
+      comm.barrier();
     }
     const double total = static_cast<double>(bytes) * messages;
     nlohmann::json result = {{"rank", rank},

@@ -7,6 +7,7 @@ asserted: throughput and failover stall are the benchmark's (scripts/bench_multi
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -38,7 +39,15 @@ def run_transfer(lab, args, env=None, during=None, timeout=120):
         during(lab)
     out = []
     for proc in procs:
-        stdout, stderr = proc.communicate(timeout=timeout)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            reports = [p.communicate()[1] for p in procs]
+            raise AssertionError("the ranks did not finish in time:\n" +
+                                 "\n".join(f"--- rank {r} stderr:\n{e}"
+                                           for r, e in enumerate(reports)))
         result = None
         for line in stdout.splitlines():
             if line.startswith("RESULT "):
@@ -155,3 +164,26 @@ def test_incast_four_into_one_delivers_everything_with_and_without_credit():
             assert [r[0] for r in ranks] == [0] * 5, (env, describe(ranks))
             assert ranks[0][3]["bytes"] == 4 * 8 * (4 << 20)  # rank 0 checked every byte
             assert ranks[1][3]["pings"] > 0, (env, describe(ranks))
+
+
+def test_start_up_with_the_first_path_broken():
+    # Host 1 drops everything it would send to host 0 over link 0 (a blackhole route: its
+    # interface stays up, so the path is planned, but nothing answers on it) before the ranks
+    # start; the store is reached over link 1. The link comes up on path 1, and path 0 joins
+    # once it works.
+    with Lab(hosts=2, links=2) as lab:
+        blackhole = ["ip", "route", "add", "blackhole", f"{lab.addr(0, 0)}/32"]
+        assert lab.run(1, blackhole).returncode == 0
+
+        def repair(lab):
+            time.sleep(4)
+            lab.run(1, ["ip", "route", "del", "blackhole", f"{lab.addr(0, 0)}/32"])
+
+        ranks = run_transfer(lab, ["--bytes", 8 << 20, "--messages", 4, "--settle", 20],
+                             env={"ANVIEW_ROOT": f"{lab.addr(0, 1)}:29500"}, during=repair)
+        assert [r[0] for r in ranks] == [0, 0], describe(ranks)
+        sender = ranks[0][3]
+        assert ranks[1][3]["checked"]
+        assert "2 paths" in sender["peer"], sender["peer"]
+        assert path_value(sender, "anview_tcp_path_up", 1) == 1
+        assert path_value(sender, "anview_tcp_path_up", 0) == 1, describe(ranks)

@@ -76,6 +76,18 @@ void Connection::set_credit(std::uint64_t limit) {
   if (!want_write_ && !sendq_.empty() && state_ == State::established) flush();
 }
 
+std::string Connection::flow_state() const {
+  std::string text = "queued " + std::to_string(queued_bytes_) + " B";
+  if (credited_)
+    text += ", sent " + std::to_string(credited_sent_) + "/" + std::to_string(credit_limit_) +
+            " credited";
+  if (granted_ > 0)
+    text += ", granted " + std::to_string(granted_) + "/" + std::to_string(credited_received_) +
+            " read";
+  if (paused_) text += ", reading paused";
+  return text;
+}
+
 char* Connection::discard_landing(std::size_t bytes) {
   if (discard_.size() < bytes) discard_.resize(bytes);
   return discard_.data();

@@ -114,6 +114,8 @@ class Connection final : public base::FdHandler {
   // and goes on writing when a grant raises it. The receiver keeps what it granted.
   void set_credit(std::uint64_t limit);
   bool credited() const { return credited_; }
+  // "queued 1048616 B, sent 262144/524288 credited, granted 393216/131072 read" (hang reports).
+  std::string flow_state() const;
   std::uint64_t granted() const { return granted_; }
   // Bytes of p2p frames (the transport's own frames do not count) read so far.
   std::uint64_t credited_received() const { return credited_received_; }

@@ -45,15 +45,24 @@ void TcpTransport::path_attempt_failed(int peer, int index, const std::string& c
   const ErrorContext ctx = error_context(peer, "connect");
   const Error error(ErrorKind::link, ctx);
   close_path_streams(path, error);
-  if (path.first_attempt || path.last_failure != cause) {
-    base::log("tcp", base::LogLevel::warn, "tcp: path ", index, " to rank ", peer, " (",
-              path.describe(), ") did not come up: ", cause, "; probing it again");
+  if (!link.was_up) {
+    // Start-up: the peer may not listen yet. Try again soon, quietly.
+    base::log("tcp", base::LogLevel::debug, "tcp: path ", index, " to rank ", peer, " (",
+              path.describe(), ") not up yet: ", cause);
+    path.probe_backoff = std::min<std::chrono::milliseconds>(
+        std::max(path.probe_backoff * 2, startup_probe), max_startup_probe);
+  } else {
+    if (path.first_attempt || path.last_failure != cause) {
+      base::log("tcp", base::LogLevel::warn, "tcp: path ", index, " to rank ", peer, " (",
+                path.describe(), ") did not come up: ", cause, "; probing it again");
+    }
+    path.settled = true;
+    path.probe_backoff = std::min<std::chrono::milliseconds>(
+        std::max(path.probe_backoff * 2, first_probe), max_probe);
   }
   path.first_attempt = false;
   path.state = Path::State::failed;
   path.last_failure = cause;
-  path.probe_backoff =
-      std::min<std::chrono::milliseconds>(std::max(path.probe_backoff * 2, first_probe), max_probe);
   path.next_probe = base::deadline_after(path.probe_backoff);
 }
 
@@ -238,7 +247,8 @@ void TcpTransport::check_path(int peer, int index, base::Clock::time_point now) 
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
   Path& path = link.paths[static_cast<std::size_t>(index)];
   if (path.state == Path::State::connecting) {
-    if (now >= path.connect_deadline)
+    // Only the connecting side times an attempt; the other waits for its hellos.
+    if (link.connector && now >= path.connect_deadline)
       path_attempt_failed(
           peer, index, "no answer within " + std::to_string(path_connect_timeout.count()) + " s");
     return;
@@ -371,7 +381,7 @@ void TcpTransport::feed(int peer) {
     Unacked& entry = link.chunk_unacked[static_cast<std::size_t>(
         number - (link.chunk_unacked.front().seq & ~chunk_seq_bit))];
     // The stream expected to finish it first: what it has not delivered yet, plus the
-    // chunk, over its path's capacity (unknown capacities count as the best known one).
+    // chunk, over its path's capacity (unknown capacities count as the best known one),
     double known = 0;
     for (const auto& path : link.paths)
       if (path.state == Path::State::up) known = std::max(known, path.capacity);
@@ -385,8 +395,10 @@ void TcpTransport::feed(int peer) {
       for (std::size_t s = stream_count_ > 1 ? 1 : 0; s < path.streams.size(); ++s) {
         Connection* conn = path.streams[s].get();
         if (conn == nullptr || conn->queued_bytes() >= feed_limit) continue;
+        // ... plus half a round trip for its last byte to arrive.
         const double time =
-            static_cast<double>(conn->unsent_bytes() + entry.header.payload_bytes) / rate;
+            static_cast<double>(conn->unsent_bytes() + entry.header.payload_bytes) / rate +
+            path.rtt_us * 0.5e-6;
         if (best == nullptr || time < best_time) {
           best = conn;
           best_path = static_cast<int>(p);

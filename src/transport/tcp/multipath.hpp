@@ -15,6 +15,9 @@ inline constexpr auto path_connect_timeout = std::chrono::seconds(2);
 // A failed path is probed again after this, doubling up to max_probe while it stays down.
 inline constexpr auto first_probe = std::chrono::milliseconds(250);
 inline constexpr auto max_probe = std::chrono::seconds(4);
+// At start-up (no path up yet: the peer may not listen yet) paths are tried more often.
+inline constexpr auto startup_probe = std::chrono::milliseconds(10);
+inline constexpr auto max_startup_probe = std::chrono::milliseconds(500);
 // A stream pulls data chunks while it has fewer bytes than this queued (on top of what its
 // kernel buffer holds): enough to keep it busy, little enough that a slow path never holds
 // much of a message.

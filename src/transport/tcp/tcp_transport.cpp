@@ -259,8 +259,14 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
     link.reliable = plans.size() > 1;
     if (link.reliable) multipath_.store(true, std::memory_order_relaxed);
     link.address = plans.front().remote;
-    // The first path is connected blocking, retrying until the peer listens; the others
-    // start once it is known to listen, in the background.
+    if (link.reliable) {
+      // Every path connects in the background and is tried again until one is up: start-up
+      // does not depend on any one interface working.
+      for (std::size_t p = 0; p < link.paths.size(); ++p)
+        start_path(peer.rank, static_cast<int>(p));
+      continue;
+    }
+    // One path: connected blocking, retrying until the peer listens.
     ErrorContext ctx = error_context(peer.rank, "connect");
     Path& first = link.paths.front();
     first.generation = 1;
@@ -277,7 +283,6 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
           *this, std::move(fd), Connection::State::awaiting_ack, peer.rank, s, 0);
       first.streams[static_cast<std::size_t>(s)]->set_generation(first.generation);
     }
-    for (std::size_t p = 1; p < link.paths.size(); ++p) start_path(peer.rank, static_cast<int>(p));
   }
   if (multipath_.load(std::memory_order_relaxed))
     set_next_tick(base::Clock::now() + multipath_tick);
@@ -306,9 +311,10 @@ bool TcpTransport::ready() const {
   for (const auto& link : peers_) {
     if (!link.served || link.failed) continue;
     if (!link.was_up) return false;
-    // Every planned path has had its first try, so traffic starts on all of them.
+    // Every path came up or was tried once the peer listened: traffic starts on all of them.
+    // (Only the connecting side can tell; the other takes paths as they come.)
     for (const auto& path : link.paths)
-      if (path.state == Path::State::connecting && path.first_attempt) return false;
+      if (link.connector && path.state != Path::State::up && !path.settled) return false;
   }
   return true;
 }
@@ -341,12 +347,19 @@ void TcpTransport::count_established(int peer, int index) {
   path.outstanding_since.assign(static_cast<std::size_t>(stream_count_), base::Clock::time_point{});
   path.rate_at = base::Clock::now();
   path.rate_bytes = path.bytes_sent();
-  const bool readmitted = !path.first_attempt || path.failures > 0;
+  const bool readmitted = path.ever_up;
   path.first_attempt = false;
+  path.ever_up = true;
+  path.settled = true;
   path.probe_backoff = std::chrono::milliseconds(0);
   if (readmitted) {
     base::log("tcp", base::LogLevel::info, "tcp: path ", index, " to rank ", peer, " (",
               path.describe(), ") is up again");
+  }
+  if (!link.was_up) {
+    // The peer listens now: paths that failed before get their next try at once.
+    for (auto& other : link.paths)
+      if (other.state == Path::State::failed) other.next_probe = base::Clock::now();
   }
   link.was_up = true;
   if (link.control < 0 ||
@@ -364,8 +377,16 @@ std::string TcpTransport::pending_connections() const {
   std::string text;
   for (std::size_t r = 0; r < peers_.size(); ++r) {
     const PeerLink& link = peers_[r];
-    if (!link.served || link.failed || link.was_up) continue;
+    if (!link.served || link.failed) continue;
+    bool waiting = !link.was_up;
+    for (const auto& path : link.paths)
+      waiting = waiting || (link.connector && path.state != Path::State::up && !path.settled);
+    if (!waiting) continue;
     if (!text.empty()) text += ", ";
+    if (link.reliable) {
+      text += "rank " + std::to_string(r) + " (" + describe_paths(link) + ")";
+      continue;
+    }
     int established = 0;
     for (const auto& path : link.paths) established += path.established;
     text += "rank " + std::to_string(r) + " (" + std::to_string(established) + "/" +
@@ -517,8 +538,7 @@ void TcpTransport::on_ack(Connection& conn, const Handshake& reply) {
   ErrorContext ctx = error_context(peer, "connect");
   auto refuse = [&](std::string cause) {
     // A path probed again that the peer refuses is one failed attempt; at setup, the link.
-    const Path& path = link.paths[static_cast<std::size_t>(conn.path())];
-    if (link.reliable && (conn.path() != 0 || !path.first_attempt)) {
+    if (link.reliable && link.was_up) {
       path_attempt_failed(peer, conn.path(), cause);
       return;
     }
@@ -656,7 +676,7 @@ void TcpTransport::on_connection_error(Connection& conn, const Error& error) {
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
   if (link.reliable && !link.failed) {
     Path& path = link.paths[static_cast<std::size_t>(conn.path())];
-    if (path.state == Path::State::connecting && (conn.path() != 0 || !path.first_attempt)) {
+    if (path.state == Path::State::connecting) {
       path_attempt_failed(peer, conn.path(), error.cause());
       return;
     }
@@ -967,14 +987,31 @@ std::string TcpTransport::describe_peer(int peer) const {
   const PeerLink& link = peers_[static_cast<std::size_t>(peer)];
   const std::string streams =
       std::to_string(stream_count_) + " stream" + (stream_count_ > 1 ? "s" : "");
+  // What each stream holds: for hang reports, where the flow stands.
+  std::string flow;
+  for (std::size_t p = 0; p < link.paths.size(); ++p)
+    for (const auto& conn : link.paths[p].streams)
+      if (conn && conn->state() == Connection::State::established &&
+          (conn->queued_bytes() > 0 || conn->credited()))
+        flow += "; path " + std::to_string(p) + " stream " + std::to_string(conn->stream()) + ": " +
+                conn->flow_state();
+  if (link.reliable) {
+    flow += "; unacknowledged: " + std::to_string(link.ordered_unacked.size()) + " ordered, " +
+            std::to_string(link.chunk_unacked.size()) + " chunks (" +
+            std::to_string(link.chunk_queue.size()) +
+            " waiting for a stream); received whole: " + "ordered " +
+            std::to_string(link.ordered_done) + ", chunks " +
+            std::to_string(link.chunks_done.floor()) + " (+" +
+            std::to_string(link.chunks_done.above_floor()) + " beyond)";
+  }
   if (link.paths.size() > 1) {
     return "tcp, " + std::to_string(link.paths.size()) + " paths of " + streams + ": " +
-           describe_paths(link) + (link.failed ? " (closed)" : "");
+           describe_paths(link) + (link.failed ? " (closed)" : "") + flow;
   }
   std::string text =
       "tcp " + (link.address.empty() ? std::string("?") : link.address) + ", " + streams;
   if (link.failed) text += " (closed)";
-  return text;
+  return text + flow;
 }
 
 }  // namespace anview::transport::tcp

@@ -80,7 +80,11 @@ class TcpTransport final : public Transport, private base::FdHandler {
     State state = State::connecting;
     int established = 0;
     std::uint16_t generation = 0;  // of its current connections
-    bool first_attempt = true;     // still on the connection made at setup
+    bool first_attempt = true;     // not up yet, and no attempt failed yet
+    bool ever_up = false;
+    // Came up, or failed an attempt made while the peer was known to listen: start-up need
+    // not wait for it any longer.
+    bool settled = false;
     base::Deadline connect_deadline{};
     base::Deadline next_probe{};
     std::chrono::milliseconds probe_backoff{0};
