@@ -612,9 +612,10 @@ Landing TcpTransport::deliver_transport_frame(Connection& conn, const WireHeader
       const std::uint64_t index = header.tag;
       const auto stream = static_cast<std::size_t>(header.id & 0xFFFF);
       if (index >= link.paths.size() || stream >= link.paths[index].streams.size()) return {};
+      // The grant may overtake our ack of that stream's handshake (it travels on another
+      // stream): keep it all the same, or the stream would wait for a grant already spent.
       auto& target = link.paths[index].streams[stream];
-      if (target && target->generation() == static_cast<std::uint16_t>(header.id >> 16) &&
-          target->credited())
+      if (target && target->generation() == static_cast<std::uint16_t>(header.id >> 16))
         target->set_credit(header.arg);
       return {};
     }
