@@ -47,6 +47,15 @@ void TcpTransport::on_read_idle(Connection& conn) {
   if (grants_credit(link) && stream_count_ > 1 && conn.stream() >= 1 && !link.failed) {
     const auto now = base::Clock::now();
     link.data_at = now;
+    // No window exceeds max(budget, min_credit): while more than half of that is still
+    // outstanding no grant can be due, and the share need not be worked out (a loop over
+    // every peer) on each read.
+    const std::uint64_t outstanding =
+        conn.granted() - std::min(conn.granted(), conn.credited_received());
+    if (outstanding >= std::max(credit_bytes_, min_credit) / 2) {
+      if (link.ack_due) send_ack(conn.peer());
+      return;
+    }
     std::uint64_t streams = 0;
     for (const auto& path : link.paths)
       if (path.state == Path::State::up) streams += static_cast<std::uint64_t>(stream_count_ - 1);

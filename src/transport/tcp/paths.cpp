@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "base/socket.hpp"
+
 namespace anview::transport::tcp {
 namespace {
 
@@ -16,8 +18,9 @@ std::optional<std::uint32_t> parse_ipv4(const std::string& ip) {
 }
 
 std::string host_of(const std::string& host_port) {
-  const auto colon = host_port.rfind(':');
-  return colon == std::string::npos ? host_port : host_port.substr(0, colon);
+  std::string host;
+  std::uint16_t port = 0;
+  return base::split_host_port(host_port, &host, &port) ? host : host_port;
 }
 
 bool is_loopback_ip(const std::string& ip) {
