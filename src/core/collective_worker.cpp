@@ -42,7 +42,9 @@ bool CollectiveWorker::run_here(const p2p::RequestImpl* request) {
     q.jobs.pop_front();
     q.running = true;
   }
-  run(job);
+  // The destructor may go on once `running` is false: nothing of `this` is used after that.
+  p2p::Messenger& messenger = messenger_;
+  auto error = execute(job);
   bool wake;
   {
     std::lock_guard lock(q.mu);
@@ -50,21 +52,22 @@ bool CollectiveWorker::run_here(const p2p::RequestImpl* request) {
     wake = !q.jobs.empty() || q.stopping;  // the thread: the next job; closing: none runs now
   }
   if (wake) q.cv.notify_all();  // else the thread sleeps on: waking it for nothing costs a core
+  // The request holds the messenger: it outlives this call even when the worker is gone.
+  messenger.finish_external(*job.request, std::move(error), job.bytes);
   return true;
 }
 
-void CollectiveWorker::run(Job& job) {
-  std::optional<Error> error;
+std::optional<Error> CollectiveWorker::execute(Job& job) {
   try {
     job.run();
   } catch (const Error& e) {
-    error = e;
+    return e;
   } catch (const std::exception& e) {
-    error =
-        Error(ErrorKind::internal,
-              {.rank = messenger_.rank(), .operation = job.request->operation, .cause = e.what()});
+    return Error(
+        ErrorKind::internal,
+        {.rank = messenger_.rank(), .operation = job.request->operation, .cause = e.what()});
   }
-  messenger_.finish_external(*job.request, std::move(error), job.bytes);
+  return std::nullopt;
 }
 
 void CollectiveWorker::loop() {
@@ -82,9 +85,14 @@ void CollectiveWorker::loop() {
       q.jobs.pop_front();
       q.running = true;
     }
-    run(job);
-    std::lock_guard lock(q.mu);
-    q.running = false;
+    auto error = execute(job);
+    {
+      std::lock_guard lock(q.mu);
+      q.running = false;
+    }
+    // Completed with the queue free: a waiter may start the next collective while this one's
+    // callbacks (user code: a torch future's, say) still run here.
+    messenger_.finish_external(*job.request, std::move(error), job.bytes);
   }
   // Closing: what never ran fails, so nobody waits for it forever.
   std::deque<Job> left;

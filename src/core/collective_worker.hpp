@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "p2p/messenger.hpp"
@@ -48,13 +49,16 @@ class CollectiveWorker {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Job> jobs;
-    bool running = false;  // a job runs, on the thread or on a waiter
+    // A job's collective runs, on the thread or on a waiter. Cleared before its request
+    // completes: its callbacks do not hold up the next collective.
+    bool running = false;
     bool stopping = false;
   };
   void loop();
   // Runs `request`'s job on the calling thread if it is first in the queue and none runs.
   bool run_here(const p2p::RequestImpl* request);
-  void run(Job& job);
+  // Runs the job's collective; the Error it ended with, if any.
+  std::optional<Error> execute(Job& job);
 
   p2p::Messenger& messenger_;
   std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();

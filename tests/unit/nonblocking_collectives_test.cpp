@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <latch>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -105,35 +106,56 @@ TEST(NonblockingCollectives, CallbackRunsOnceWithTheResult) {
   });
 }
 
-// Started, then waited for at once (what torch's synchronous collectives do): the waiting
-// thread runs the collective itself when it is next in line, rather than waking the
-// collective thread and sleeping. Its completion callback then runs on the waiting thread,
-// inside wait(); otherwise only the collective thread runs it. Across many calls some must
-// have run here (in practice nearly all).
+// Started, then waited for at once (what torch's synchronous collectives do): a waiting thread
+// that finds its collective next in line and not started runs it itself, rather than waiting
+// for the collective thread; its completion callback then runs on the waiting thread, inside
+// wait(). Made deterministic by holding the collective thread in the previous collective's
+// completion callback: it completes that one with the queue already free, so user callbacks do
+// not hold up the next collective (before, a waiter found the thread "running" and slept).
 TEST(NonblockingCollectives, AWaiterRunsTheNextCollectiveItself) {
+  // Rank 1 joins the first allreduce only once rank 0 has set its callback, which so runs on
+  // the collective thread and not at once, inline, in on_complete.
+  std::latch callback_set{1};
+  // Rank 0's; outside the rank so that they outlive the callback that waits on them.
+  std::latch entered{1}, release{1};
+  std::atomic<bool> released{false};
+  auto release_thread = [&] {
+    if (!released.exchange(true)) release.count_down();
+  };
   run_ranks(2, [&](Communicator& comm) {
-    int ran_here = 0;
-    for (int i = 0; i < 200; ++i) {
-      float x = 1.0f;
-      Request r = comm.iallreduce(&x, 1, DataType::float32, ReduceOp::sum);
-      // Counted only when it ran inside wait() on this thread (a request already complete
-      // runs its callback at once, in on_complete, which does not count).
-      // Shared with the callback: wait() returns once the request is done, and when the
-      // collective thread completed it, its callback may still be running then.
-      struct Seen {
-        std::atomic<bool> waiting{false}, on_this_thread{false};
-      };
-      auto seen = std::make_shared<Seen>();
-      const auto me = std::this_thread::get_id();
-      r.on_complete([seen, me](const Status&, const Error*) {
-        seen->on_this_thread = seen->waiting && std::this_thread::get_id() == me;
+    const auto me = std::this_thread::get_id();
+    float a = 1.0f;
+    if (comm.rank() == 1) callback_set.wait();
+    Request first = comm.iallreduce(&a, 1, DataType::float32, ReduceOp::sum);
+    if (comm.rank() == 0) {
+      first.on_complete([&](const Status&, const Error*) {
+        EXPECT_NE(std::this_thread::get_id(), me);
+        entered.count_down();
+        release.wait();
       });
-      seen->waiting = true;
-      r.wait();
-      ASSERT_EQ(x, 2.0f);
-      ran_here += seen->on_this_thread ? 1 : 0;
+      callback_set.count_down();
+      entered.wait();  // the collective thread is now held in the callback
     }
-    EXPECT_GT(ran_here, 0);
+    for (int i = 0; i < 3; ++i) {
+      float x = 1.0f;
+      Request next = comm.iallreduce(&x, 1, DataType::float32, ReduceOp::sum);
+      auto ran_on = std::make_shared<std::atomic<std::thread::id>>();
+      next.on_complete(
+          [ran_on](const Status&, const Error*) { ran_on->store(std::this_thread::get_id()); });
+      try {
+        next.wait(std::chrono::seconds(10));
+      } catch (const Error& e) {
+        release_thread();  // the thread then runs what was left to it: the ranks end
+        FAIL() << "the waiter did not run the collective, call " << i << ": " << e.what();
+      }
+      EXPECT_EQ(x, 2.0f);
+      if (comm.rank() == 0) {
+        EXPECT_EQ(ran_on->load(), me) << "call " << i;
+      }
+    }
+    release_thread();
+    first.wait();
+    EXPECT_EQ(a, 2.0f);
   });
 }
 
