@@ -10,6 +10,7 @@ where it has not (reduce_scatter, all_to_all with lists, AVG, bfloat16).
 """
 
 import datetime
+import gc
 import os
 import sys
 import time
@@ -303,4 +304,11 @@ if __name__ == "__main__":
         if gloo is not None:
             dist.barrier(group=gloo)
     dist.destroy_process_group()
+    # torch 1.13's gloo (the reference here) drops a finished work's tensors on its own
+    # threads after the waiter has returned; one that does so while the interpreter exits
+    # takes the GIL, is ended by Python and aborts the process ("terminate called without an
+    # active exception", pytorch/pytorch#190489). Dropping the last reference to the gloo group
+    # now runs its destructor, which joins those threads, while the interpreter is alive.
+    del gloo
+    gc.collect()
     print(f"rank {rank}: {' '.join(names)} passed", flush=True)
