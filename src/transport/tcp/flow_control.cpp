@@ -56,25 +56,39 @@ void TcpTransport::on_read_idle(Connection& conn) {
       if (link.ack_due) send_ack(conn.peer());
       return;
     }
-    std::uint64_t streams = 0;
-    for (const auto& path : link.paths)
-      if (path.state == Path::State::up) streams += static_cast<std::uint64_t>(stream_count_ - 1);
-    const std::uint64_t share = credit_bytes_ / (static_cast<std::uint64_t>(active_senders(now)) *
-                                                 std::max<std::uint64_t>(streams, 1));
-    const std::uint64_t window = std::max(share, min_credit);
-    // Grant again once half of what is outstanding has been read.
-    if (conn.granted() < conn.credited_received() + window / 2) {
-      conn.set_granted(conn.credited_received() + window);
-      grant_credit(conn);
-    }
+    grant_if_due(link, conn, now);
   }
   if (link.ack_due) send_ack(conn.peer());
 }
 
-void TcpTransport::grant_credit(Connection& conn) {
+void TcpTransport::grant_if_due(PeerLink& link, Connection& conn, base::Clock::time_point now) {
+  std::uint64_t streams = 0;
+  for (const auto& path : link.paths)
+    if (path.state == Path::State::up) streams += static_cast<std::uint64_t>(stream_count_ - 1);
+  const std::uint64_t share = credit_bytes_ / (static_cast<std::uint64_t>(active_senders(now)) *
+                                               std::max<std::uint64_t>(streams, 1));
+  const std::uint64_t window = std::max(share, min_credit);
+  // Grant again once half of what is outstanding has been read.
+  if (conn.granted() < conn.credited_received() + window / 2)
+    grant_credit(conn, conn.credited_received() + window);
+}
+
+void TcpTransport::grants_after_path_up(PeerLink& link) {
+  if (!grants_credit(link) || stream_count_ < 2 || link.failed) return;
+  const auto now = base::Clock::now();
+  for (auto& path : link.paths)
+    for (std::size_t s = 1; s < path.streams.size(); ++s)
+      if (path.streams[s] && path.streams[s]->state() == Connection::State::established)
+        grant_if_due(link, *path.streams[s], now);
+}
+
+void TcpTransport::grant_credit(Connection& conn, std::uint64_t limit) {
   PeerLink& link = peers_[static_cast<std::size_t>(conn.peer())];
+  // Granted only once it can be sent: no path up (a data stream may be admitted before the
+  // rest of its path) leaves it due, for the next read or the next path up.
   Connection* carrier = control_frame_stream(link);
   if (carrier == nullptr) return;
+  conn.set_granted(limit);
   WireHeader credit;
   credit.frame.type = frame_credit;
   credit.frame.tag = static_cast<std::uint64_t>(conn.path());

@@ -366,6 +366,7 @@ void TcpTransport::count_established(int peer, int index) {
       link.paths[static_cast<std::size_t>(link.control)].state != Path::State::up) {
     link.control = index;
   }
+  grants_after_path_up(link);
   if (link.reliable) {
     pump_ordered(peer);
     feed(peer);

@@ -181,7 +181,11 @@ class TcpTransport final : public Transport, private base::FdHandler {
   // Whether we limit `link`'s data streams towards us with credit: not over loopback, where
   // no network queue builds up and the receiver's memory is bounded anyway.
   bool grants_credit(const PeerLink& link) const { return credit_bytes_ > 0 && !link.same_host; }
-  void grant_credit(Connection& conn);
+  // Sends `conn`'s peer a grant up to `limit` (and records it) when a stream can carry it.
+  void grant_credit(Connection& conn, std::uint64_t limit);
+  void grant_if_due(PeerLink& link, Connection& conn, base::Clock::time_point now);
+  // A path came up: grants that found no stream to carry them go out now.
+  void grants_after_path_up(PeerLink& link);
   int active_senders(base::Clock::time_point now) const;
   void on_acknowledged(int peer, std::uint64_t ordered, std::uint64_t chunks);
   void on_ordered_written(int peer, std::uint64_t seq);
