@@ -3,6 +3,8 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
+  # the job secret: HMAC-SHA256 and nonces (src/base/auth.cpp)
+  libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   iproute2 procps

@@ -9,6 +9,8 @@
 //   protocol   — bytes from the wire (or the store) broke the protocol: garbage, a foreign
 //                program, a version or job mismatch, a frame over the limits.
 //   internal   — a system call failed in a way none of the above explains.
+//   auth       — a connection did not prove the job secret (ANVIEW_SECRET), or this rank
+//                could not: a wrong or missing secret, a replayed handshake (SECURITY.md).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,7 @@
 
 namespace anview {
 
-enum class ErrorKind : std::uint8_t { usage, timeout, peer_lost, link, protocol, internal };
+enum class ErrorKind : std::uint8_t { usage, timeout, peer_lost, link, protocol, internal, auth };
 
 const char* to_string(ErrorKind kind) noexcept;
 

@@ -598,7 +598,7 @@ void bind_error(py::module_& m) {
   // Kept for the life of the process (never decref'd at exit, after the interpreter is gone).
   static PyObject* error_type = PyErr_NewExceptionWithDoc(
       "anview.Error",
-      "An Anview failure: kind (usage, timeout, peer_lost, link, protocol, internal), rank, "
+      "An Anview failure: kind (usage, timeout, peer_lost, link, protocol, internal, auth), rank, "
       "peer, operation and cause.",
       PyExc_RuntimeError, nullptr);
   if (error_type == nullptr) throw py::error_already_set();

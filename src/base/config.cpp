@@ -30,8 +30,12 @@ std::string lower(std::string_view s) {
 }  // namespace
 
 Setting::Setting(const char* component, const char* env, const char* default_value,
-                 const char* help)
-    : component_(component), env_(env), default_value_(default_value), help_(help) {
+                 const char* help, Visibility visibility)
+    : component_(component),
+      env_(env),
+      default_value_(default_value),
+      help_(help),
+      visibility_(visibility) {
   registry().push_back(this);
 }
 
@@ -40,6 +44,11 @@ bool Setting::from_environment() const { return std::getenv(env_) != nullptr; }
 std::string Setting::value() const {
   const char* v = std::getenv(env_);
   return v ? std::string(v) : std::string(default_value_);
+}
+
+std::string Setting::shown_value() const {
+  if (!hidden()) return value();
+  return value().empty() ? std::string() : std::string("(set, not shown)");
 }
 
 std::int64_t Setting::as_int() const { return parse_size(value(), env_); }

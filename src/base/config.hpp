@@ -13,8 +13,11 @@ namespace anview::base {
 
 class Setting {
  public:
+  // hidden: a secret; tools show only whether it is set, never its value.
+  enum class Visibility { shown, hidden };
   // Registers the setting; objects must have static storage duration.
-  Setting(const char* component, const char* env, const char* default_value, const char* help);
+  Setting(const char* component, const char* env, const char* default_value, const char* help,
+          Visibility visibility = Visibility::shown);
   Setting(const Setting&) = delete;
   Setting& operator=(const Setting&) = delete;
 
@@ -25,10 +28,13 @@ class Setting {
 
   bool from_environment() const;  // true when the variable is set
   std::string value() const;      // the environment's value, else the default
+  bool hidden() const { return visibility_ == Visibility::hidden; }
+  // What tools print: value(), or for a hidden setting "(set, not shown)" / "".
+  std::string shown_value() const;
 
   // Typed reads. A value that does not parse raises a usage Error naming the variable.
-  std::int64_t as_int() const;  // accepts K/M/G suffixes (powers of 1024)
-  bool as_bool() const;         // 1/0, true/false, yes/no, on/off
+  std::int64_t as_int() const;                    // accepts K/M/G suffixes (powers of 1024)
+  bool as_bool() const;                           // 1/0, true/false, yes/no, on/off
   std::chrono::milliseconds as_duration() const;  // seconds unless suffixed ms/us/s/m
   std::vector<std::string> as_list() const;       // comma separated, empty items dropped
 
@@ -37,6 +43,7 @@ class Setting {
   const char* env_;
   const char* default_value_;
   const char* help_;
+  Visibility visibility_;
 };
 
 // All settings registered so far, in registration order.

@@ -27,6 +27,7 @@ const char* to_string(ErrorKind kind) noexcept {
     case ErrorKind::link: return "link";
     case ErrorKind::protocol: return "protocol";
     case ErrorKind::internal: return "internal";
+    case ErrorKind::auth: return "auth";
   }
   return "unknown";
 }

@@ -14,6 +14,10 @@ const char* to_string(Op op) noexcept {
       return "check";
     case Op::wait:
       return "wait";
+    case Op::hello:
+      return "hello";
+    case Op::prove:
+      return "prove";
   }
   return "unknown";
 }
@@ -66,9 +70,17 @@ std::uint64_t payload_bytes_max(Op op) {
       return max_value_bytes;
     case Op::add:
       return 8;
+    case Op::hello:
+      return 16;  // the client's nonce
+    case Op::prove:
+      return 32;  // the client's proof
     default:
       return 0;
   }
+}
+
+bool carries_keys(Op op) {
+  return op != Op::hello && op != Op::prove;
 }
 
 }  // namespace
@@ -77,6 +89,13 @@ std::optional<std::string> check_request_header(const RequestHeader& h) {
   if (h.op == 0 || h.op >= op_count) return "unknown op " + std::to_string(h.op);
   const Op op = static_cast<Op>(h.op);
   if (h.flags != 0) return "reserved flags are " + std::to_string(h.flags) + ", not 0";
+  if (!carries_keys(op)) {
+    if (h.key_count != 0 || h.body_bytes != payload_bytes_max(op))
+      return std::string(to_string(op)) + " with " + std::to_string(h.key_count) + " keys and " +
+             std::to_string(h.body_bytes) + " body bytes (allowed: 0 keys, " +
+             std::to_string(payload_bytes_max(op)) + " bytes)";
+    return std::nullopt;
+  }
   const bool many = op == Op::check || op == Op::wait;
   if (h.key_count == 0 || h.key_count > (many ? max_keys_per_request : 1u))
     return std::string(to_string(op)) + " with " + std::to_string(h.key_count) +
@@ -128,14 +147,33 @@ std::optional<std::string> decode_request_body(const RequestHeader& h, const std
     at += len;
   }
   const std::size_t payload = h.body_bytes - at;
-  const bool ok = op == Op::set   ? payload <= max_value_bytes
-                  : op == Op::add ? payload == 8
-                                  : payload == 0;
+  const bool ok = op == Op::set ? payload <= max_value_bytes : payload == payload_bytes_max(op);
   if (!ok)
     return std::to_string(payload) + " payload bytes after the keys of a " + to_string(op) +
            " request";
   out.payload = std::string_view(reinterpret_cast<const char*>(body + at), payload);
   return std::nullopt;
+}
+
+namespace {
+
+base::auth::Mac proof(const base::auth::Secret& secret, const char* role,
+                      const base::auth::Nonce& client, const base::auth::Nonce& server) {
+  base::auth::MacInput in;
+  in.text(role).bytes(client).bytes(server);
+  return secret.mac(in);
+}
+
+}  // namespace
+
+base::auth::Mac server_proof(const base::auth::Secret& secret, const base::auth::Nonce& client,
+                             const base::auth::Nonce& server) {
+  return proof(secret, "anview store accept", client, server);
+}
+
+base::auth::Mac client_proof(const base::auth::Secret& secret, const base::auth::Nonce& client,
+                             const base::auth::Nonce& server) {
+  return proof(secret, "anview store connect", client, server);
 }
 
 std::uint32_t max_reply_body(Op op, Status status) {
@@ -147,6 +185,8 @@ std::uint32_t max_reply_body(Op op, Status status) {
       return 8;
     case Op::check:
       return 1;
+    case Op::hello:
+      return hello_reply_bytes;
     default:
       return 0;
   }

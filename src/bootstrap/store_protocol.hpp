@@ -14,11 +14,14 @@
 #include <string_view>
 #include <vector>
 
+#include "base/auth.hpp"
+
 namespace anview::bootstrap::store_protocol {
 
 // 'A' 'V' 'S' 'T' on the wire (the little-endian u32 0x54535641).
 inline constexpr std::uint32_t magic = 0x54535641;
-inline constexpr std::uint16_t version = 1;
+// 2: the hello and prove ops (authentication with the job secret).
+inline constexpr std::uint16_t version = 2;
 
 inline constexpr std::size_t request_header_bytes = 16;
 inline constexpr std::size_t reply_header_bytes = 12;
@@ -29,14 +32,26 @@ inline constexpr std::uint32_t max_value_bytes = 64u << 20;
 inline constexpr std::uint32_t max_keys_per_request = 1024;
 inline constexpr std::uint32_t max_error_text_bytes = 4096;
 
-enum class Op : std::uint8_t { set = 1, get = 2, add = 3, check = 4, wait = 5 };
-inline constexpr std::uint8_t op_count = 6;  // ops are 1 .. op_count - 1
+// hello and prove carry no keys: a client with the job secret sends hello (payload: its
+// nonce; reply: the server's nonce and proof) and prove (payload: its proof) before anything
+// else, and a server with a secret serves nothing else before a valid proof.
+enum class Op : std::uint8_t {
+  set = 1,
+  get = 2,
+  add = 3,
+  check = 4,
+  wait = 5,
+  hello = 6,
+  prove = 7
+};
+inline constexpr std::uint8_t op_count = 8;  // ops are 1 .. op_count - 1
 
 enum class Status : std::uint8_t {
   ok = 0,
   version_mismatch = 1,  // body: text; the server closes the connection after it
   bad_request = 2,       // body: text; the server closes the connection after it
   bad_value = 3,         // body: text; the request failed, the connection stays usable
+  unauthenticated = 4,   // body: text; the job secret was not proven; the server closes
 };
 
 const char* to_string(Op op) noexcept;
@@ -105,6 +120,16 @@ struct Request {
 // Parses a complete body (header already checked). Returns what is wrong, or nothing.
 std::optional<std::string> decode_request_body(const RequestHeader& h, const std::uint8_t* body,
                                                Request& out);
+
+inline constexpr std::uint32_t hello_reply_bytes = 16 + 32;  // server nonce, server proof
+
+// The proofs of a store connection: HMAC-SHA256 over a role label and both nonces. The server
+// sends server_proof with its nonce in the hello's reply; the client answers with
+// client_proof in prove.
+base::auth::Mac server_proof(const base::auth::Secret& secret, const base::auth::Nonce& client,
+                             const base::auth::Nonce& server);
+base::auth::Mac client_proof(const base::auth::Secret& secret, const base::auth::Nonce& client,
+                             const base::auth::Nonce& server);
 
 // Upper bound of a reply body the client accepts for `op` (error replies: error text).
 std::uint32_t max_reply_body(Op op, Status status);

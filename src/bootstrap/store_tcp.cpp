@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "anview/error.hpp"
 #include "base/clock.hpp"
@@ -83,6 +84,10 @@ class TcpStoreServer {
     bool closing = false;
     base::Deadline closing_by{};
     std::size_t discarded = 0;
+    // A store with a job secret serves a connection only once it proved it (hello, prove).
+    bool authenticated = false;
+    bool challenged = false;  // our nonce and proof went out in the hello's reply
+    base::auth::Nonce client_nonce{}, server_nonce{};
   };
 
   void run() noexcept;
@@ -93,7 +98,11 @@ class TcpStoreServer {
   void process(Conn& c);
   void execute(Conn& c, proto::Request& request);
   void reply(Conn& c, Status status, const void* body, std::size_t bytes);
-  void reject(Conn& c, Status status, const std::string& why);
+  // Replies with an error, then closes; logs `why` unless `logged` (said already).
+  void reject(Conn& c, Status status, const std::string& why, bool logged = false);
+  // hello, prove, or any request before them in a store with a secret.
+  void authenticate(Conn& c, const proto::Request& request);
+  void refuse_auth(Conn& c, const std::string& why);
   bool flush(Conn& c);
   void discard_input(Conn& c);
   void park(Conn& c, Op op, std::vector<std::string> keys, const std::string& missing);
@@ -119,6 +128,8 @@ class TcpStoreServer {
   std::vector<std::uint64_t> closing_;
   std::uint64_t next_id_ = 2;
   bool accept_failure_logged_ = false;
+  const base::auth::Secret secret_ = base::auth::Secret::from_environment();
+  std::unordered_set<std::string> auth_failures_logged_;  // remote hosts
 };
 
 TcpStoreServer::TcpStoreServer(const std::string& host_port, int rank) : rank_(rank) {
@@ -142,6 +153,13 @@ TcpStoreServer::TcpStoreServer(const std::string& host_port, int rank) : rank_(r
     throw base::sys_error(ErrorKind::internal, context, "epoll_ctl()", errno);
   thread_ = std::thread([this] { run(); });
   base::log("store", LogLevel::info, "store server listening on ", bound_.to_string());
+  const std::string host = bound_.host();
+  if (secret_.empty() && host.rfind("127.", 0) != 0 && host != "::1") {
+    base::log("store", LogLevel::warn, name_,
+              " has no job secret: any process that reaches it can read and write the job's "
+              "keys. Set ANVIEW_SECRET on every rank (anview-run does it for each job); see "
+              "SECURITY.md");
+  }
 }
 
 TcpStoreServer::~TcpStoreServer() {
@@ -233,6 +251,7 @@ void TcpStoreServer::accept_all() {
     conn->id = next_id_++;
     conn->fd = base::Fd(fd);
     conn->peer = base::remote_address(fd).to_string();
+    conn->authenticated = secret_.empty();
     base::set_nodelay(fd);
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -361,8 +380,15 @@ void TcpStoreServer::execute(Conn& c, proto::Request& request) {
     if (c.in.capacity() > keep_buffer_bytes) std::vector<std::uint8_t>().swap(c.in);
     c.in.clear();
   };
+  if (!c.authenticated || request.op == Op::hello || request.op == Op::prove) {
+    authenticate(c, request);
+    return;
+  }
   const std::string& key = request.keys.front();
   switch (request.op) {
+    case Op::hello:
+    case Op::prove:
+      return;  // authenticate()'s
     case Op::set: {
       auto& value = data_[key];
       value.assign(request.payload.begin(), request.payload.end());
@@ -430,6 +456,67 @@ void TcpStoreServer::execute(Conn& c, proto::Request& request) {
   }
 }
 
+void TcpStoreServer::authenticate(Conn& c, const proto::Request& request) {
+  const auto* payload = reinterpret_cast<const std::uint8_t*>(request.payload.data());
+  if (secret_.empty()) {
+    refuse_auth(c,
+                "this store has no job secret and the client has one (set the same "
+                "ANVIEW_SECRET on every rank, or on none)");
+    return;
+  }
+  switch (request.op) {
+    case Op::hello: {
+      if (c.challenged) {
+        reject(c, Status::bad_request, "a second hello on one connection");
+        return;
+      }
+      std::memcpy(c.client_nonce.data(), payload, c.client_nonce.size());
+      c.server_nonce = base::auth::fresh_nonce();
+      c.challenged = true;
+      const auto mac = proto::server_proof(secret_, c.client_nonce, c.server_nonce);
+      std::uint8_t body[proto::hello_reply_bytes];
+      std::memcpy(body, c.server_nonce.data(), c.server_nonce.size());
+      std::memcpy(body + c.server_nonce.size(), mac.data(), mac.size());
+      c.in.clear();
+      reply(c, Status::ok, body, sizeof body);
+      return;
+    }
+    case Op::prove: {
+      if (!c.challenged || c.authenticated) {
+        refuse_auth(c, "a proof without a hello before it");
+        return;
+      }
+      const auto expected = proto::client_proof(secret_, c.client_nonce, c.server_nonce);
+      if (!base::auth::same({payload, expected.size()}, expected)) {
+        refuse_auth(c,
+                    "wrong proof of the job secret (a different ANVIEW_SECRET, or a replayed "
+                    "handshake)");
+        return;
+      }
+      c.authenticated = true;
+      c.in.clear();
+      reply(c, Status::ok, nullptr, 0);
+      return;
+    }
+    default:
+      refuse_auth(c, std::string("this store requires the job secret (ANVIEW_SECRET) and the "
+                                 "client sent ") +
+                         proto::to_string(request.op) +
+                         " with no proof of it: set the same ANVIEW_SECRET on every rank");
+  }
+}
+
+void TcpStoreServer::refuse_auth(Conn& c, const std::string& why) {
+  const auto colon = c.peer.rfind(':');
+  const std::string host = colon == std::string::npos ? c.peer : c.peer.substr(0, colon);
+  if (!auth_failures_logged_.contains(host)) {
+    if (auth_failures_logged_.size() < 1024) auth_failures_logged_.insert(host);
+    base::log("store", LogLevel::warn, name_, ": authentication failed for ", c.peer, ": ", why,
+              " (further failures from ", host, " are not logged)");
+  }
+  reject(c, Status::unauthenticated, why, /*logged=*/true);
+}
+
 void TcpStoreServer::park(Conn& c, Op op, std::vector<std::string> keys,
                           const std::string& missing) {
   c.parked = true;
@@ -481,9 +568,10 @@ void TcpStoreServer::reply(Conn& c, Status status, const void* body, std::size_t
   flush(c);
 }
 
-void TcpStoreServer::reject(Conn& c, Status status, const std::string& why) {
+void TcpStoreServer::reject(Conn& c, Status status, const std::string& why, bool logged) {
   // Logged once, here; the connection then only flushes the reply and closes.
-  base::log("store", LogLevel::warn, name_, ": dropping connection from ", c.peer, ": ", why);
+  if (!logged)
+    base::log("store", LogLevel::warn, name_, ": dropping connection from ", c.peer, ": ", why);
   c.closing = true;
   c.closing_by = base::Clock::now() + closing_grace;
   closing_.push_back(c.id);
@@ -590,6 +678,11 @@ class TcpStoreClient {
   }
   base::Fd connect(base::Deadline deadline, const std::string& operation,
                    std::chrono::milliseconds timeout);
+  // With a job secret: proves it to the server and checks the server's proof (hello, prove).
+  void authenticate(int fd, base::Deadline deadline, const std::string& operation);
+  // Reads a reply's header and body; `op` names the request.
+  proto::ReplyHeader read_reply(int fd, Op op, base::Deadline deadline, const ErrorContext& ctx,
+                                StoreImpl::Bytes& body) const;
   base::Fd acquire(base::Deadline deadline, const std::string& operation,
                    std::chrono::milliseconds timeout);
   void release(base::Fd fd);
@@ -604,19 +697,91 @@ class TcpStoreClient {
   const base::SockAddr target_;
   const std::string shown_;
   const int rank_;
+  const base::auth::Secret secret_ = base::auth::Secret::from_environment();
   std::mutex mutex_;
   std::vector<base::Fd> idle_;  // guarded by mutex_
 };
 
 base::Fd TcpStoreClient::connect(base::Deadline deadline, const std::string& operation,
                                  std::chrono::milliseconds timeout) {
+  base::Fd fd;
   try {
-    return base::connect_tcp(target_, deadline, context(operation));
+    fd = base::connect_tcp(target_, deadline, context(operation));
   } catch (const Error& e) {
     fail(e.kind(), operation,
          "cannot connect to the store within " + std::to_string(timeout.count()) +
              " ms: " + e.cause());
   }
+  if (!secret_.empty()) authenticate(fd.get(), deadline, operation);
+  return fd;
+}
+
+void TcpStoreClient::authenticate(int fd, base::Deadline deadline, const std::string& operation) {
+  const ErrorContext ctx = context(operation);
+  const base::auth::Nonce nonce = base::auth::fresh_nonce();
+  auto request = proto::encode_request_prefix(Op::hello, {}, nonce.size());
+  request.insert(request.end(), nonce.begin(), nonce.end());
+  base::write_all(fd, request.data(), request.size(), deadline, ctx);
+  StoreImpl::Bytes body;
+  read_reply(fd, Op::hello, deadline, ctx, body);
+  if (body.size() != proto::hello_reply_bytes)
+    fail(ErrorKind::protocol, operation,
+         "the store's answer to hello has " + std::to_string(body.size()) + " bytes, not " +
+             std::to_string(proto::hello_reply_bytes));
+  base::auth::Nonce server{};
+  std::memcpy(server.data(), body.data(), server.size());
+  const auto expected = proto::server_proof(secret_, nonce, server);
+  if (!base::auth::same({body.data() + server.size(), expected.size()}, expected))
+    fail(ErrorKind::auth, operation,
+         "the store at " + shown_ +
+             " did not prove the job secret (a different ANVIEW_SECRET there, or not the job's "
+             "store)");
+  const auto mac = proto::client_proof(secret_, nonce, server);
+  request = proto::encode_request_prefix(Op::prove, {}, mac.size());
+  request.insert(request.end(), mac.begin(), mac.end());
+  base::write_all(fd, request.data(), request.size(), deadline, ctx);
+  read_reply(fd, Op::prove, deadline, ctx, body);
+}
+
+proto::ReplyHeader TcpStoreClient::read_reply(int fd, Op op, base::Deadline deadline,
+                                              const ErrorContext& ctx,
+                                              StoreImpl::Bytes& body) const {
+  const std::string& operation = ctx.operation;
+  std::uint8_t head[proto::reply_header_bytes];
+  base::read_all(fd, head, sizeof head, deadline, ctx);
+  const proto::ReplyHeader h = proto::decode_reply_header(head);
+  if (h.magic != proto::magic) {
+    char text[16];
+    std::snprintf(text, sizeof text, "0x%08x", h.magic);
+    fail(ErrorKind::protocol, operation,
+         "the peer does not speak the Anview store protocol (reply magic " + std::string(text) +
+             ") to " + proto::to_string(op));
+  }
+  if (h.version != proto::version ||
+      h.status == static_cast<std::uint8_t>(Status::version_mismatch))
+    fail(ErrorKind::protocol, operation,
+         "store at " + shown_ + " speaks version " + std::to_string(h.version) +
+             ", this process speaks " + std::to_string(proto::version) +
+             " (use the same Anview release on every rank)");
+  if (h.status > static_cast<std::uint8_t>(Status::unauthenticated))
+    fail(ErrorKind::protocol, operation, "unknown reply status " + std::to_string(h.status));
+  const auto status = static_cast<Status>(h.status);
+  const std::uint32_t limit = proto::max_reply_body(op, status);
+  if (h.body_bytes > limit)
+    fail(ErrorKind::protocol, operation,
+         "reply body of " + std::to_string(h.body_bytes) + " bytes to " + proto::to_string(op) +
+             " exceeds the limit of " + std::to_string(limit));
+  body.resize(h.body_bytes);
+  if (!body.empty()) base::read_all(fd, body.data(), body.size(), deadline, ctx);
+  if (status == Status::unauthenticated)
+    fail(ErrorKind::auth, operation,
+         "store at " + shown_ + " refused " + proto::to_string(op) + ": " +
+             std::string(body.begin(), body.end()));
+  if (status == Status::bad_request && (op == Op::hello || op == Op::prove))
+    fail(ErrorKind::protocol, operation,
+         "store at " + shown_ + " rejected " + proto::to_string(op) + ": " +
+             std::string(body.begin(), body.end()));
+  return h;
 }
 
 base::Fd TcpStoreClient::acquire(base::Deadline deadline, const std::string& operation,
@@ -651,36 +816,13 @@ StoreImpl::Bytes TcpStoreClient::call(Op op, const std::vector<std::string>& key
     const auto prefix = proto::encode_request_prefix(op, keys, payload_bytes);
     base::write_all(fd.get(), prefix.data(), prefix.size(), deadline, ctx);
     if (payload_bytes > 0) base::write_all(fd.get(), payload, payload_bytes, deadline, ctx);
-    std::uint8_t head[proto::reply_header_bytes];
-    base::read_all(fd.get(), head, sizeof head, deadline, ctx);
-    h = proto::decode_reply_header(head);
-    if (h.magic != proto::magic) {
-      char text[16];
-      std::snprintf(text, sizeof text, "0x%08x", h.magic);
-      fail(ErrorKind::protocol, operation,
-           "the peer does not speak the Anview store protocol (reply magic " + std::string(text) +
-               ") while doing " + proto::to_string(op) + " of " + about);
-    }
-    if (h.version != proto::version ||
-        h.status == static_cast<std::uint8_t>(Status::version_mismatch))
-      fail(ErrorKind::protocol, operation,
-           "store at " + shown_ + " speaks version " + std::to_string(h.version) +
-               ", this process speaks " + std::to_string(proto::version) +
-               " (use the same Anview release on every rank)");
-    if (h.status > static_cast<std::uint8_t>(Status::bad_value))
-      fail(ErrorKind::protocol, operation, "unknown reply status " + std::to_string(h.status));
-    const auto status = static_cast<Status>(h.status);
-    const std::uint32_t limit = proto::max_reply_body(op, status);
-    if (h.body_bytes > limit)
-      fail(ErrorKind::protocol, operation,
-           "reply body of " + std::to_string(h.body_bytes) + " bytes to " + proto::to_string(op) +
-               " of " + about + " exceeds the limit of " + std::to_string(limit));
-    if (status == Status::ok && (op == Op::add || op == Op::check) && h.body_bytes != limit)
+    h = read_reply(fd.get(), op, deadline, ctx, body);
+    const std::uint32_t limit = proto::max_reply_body(op, static_cast<Status>(h.status));
+    if (h.status == static_cast<std::uint8_t>(Status::ok) && (op == Op::add || op == Op::check) &&
+        h.body_bytes != limit)
       fail(ErrorKind::protocol, operation,
            "reply body of " + std::to_string(h.body_bytes) + " bytes to " + proto::to_string(op) +
                " (expected " + std::to_string(limit) + ")");
-    body.resize(h.body_bytes);
-    if (!body.empty()) base::read_all(fd.get(), body.data(), body.size(), deadline, ctx);
   } catch (const Error& e) {
     // `fd` is closed on the way out: after a timeout its stream may still get a late reply.
     if (e.kind() != ErrorKind::timeout && e.kind() != ErrorKind::link) throw;

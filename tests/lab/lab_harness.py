@@ -14,6 +14,7 @@ whatever happened in the with-block, with every process still running inside it.
 import functools
 import itertools
 import os
+import secrets
 import subprocess
 import sys
 
@@ -211,14 +212,17 @@ class Lab:
     def start_ranks(self, cmd, placement, root_port=29500, env=None, **kw):
         """Starts len(placement) ranks of CMD, rank r inside host placement[r]; the Popen list.
 
-        Ranks on one host get local ranks 0, 1, .. in rank order. ENV goes over each rank's.
+        Ranks on one host get local ranks 0, 1, .. in rank order, and the job a fresh
+        ANVIEW_SECRET (as anview-run gives its jobs). ENV goes over each rank's.
         """
         root = self.root(placement, root_port)
+        secret = secrets.token_hex(32)
         procs = []
         for rank, host in enumerate(placement):
             rank_env = self.rank_env(rank, len(placement), root,
                                      local_rank=placement[:rank].count(host),
                                      local_world_size=placement.count(host))
+            rank_env["ANVIEW_SECRET"] = secret
             rank_env.update(env or {})
             procs.append(self.popen(host, cmd, env=rank_env, **kw))
         return procs

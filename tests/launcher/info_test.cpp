@@ -56,7 +56,8 @@ json parse(const Result& r) {
 const std::vector<std::string> expected_settings = {
     "ANVIEW_LOG_LEVEL",    "ANVIEW_TIMEOUT",     "ANVIEW_IFACES",     "ANVIEW_HOST_ID",
     "ANVIEW_TRANSPORTS",   "ANVIEW_SHM_RING",    "ANVIEW_SHM_CMA",    "ANVIEW_TCP_STREAMS",
-    "ANVIEW_TCP_RCVLOWAT", "ANVIEW_EAGER_BYTES", "ANVIEW_RNDV_CHUNK", "ANVIEW_SPIN_US"};
+    "ANVIEW_TCP_RCVLOWAT", "ANVIEW_EAGER_BYTES", "ANVIEW_RNDV_CHUNK", "ANVIEW_SPIN_US",
+    "ANVIEW_SECRET"};
 
 json find_named(const json& list, const std::string& key, const std::string& name) {
   for (const auto& item : list)
@@ -97,6 +98,15 @@ TEST(InfoTest, ConfigSaysWhereEachValueCameFrom) {
   EXPECT_EQ(eager.value("value", ""), eager.value("default", "?"));
   // A misspelt setting (ANVIEW_TRANSPORT) is reported, not ignored.
   EXPECT_EQ(j["unknown_environment"], json::array({"ANVIEW_TRANSPORT"}));
+}
+
+TEST(InfoTest, TheJobSecretIsNeverPrinted) {
+  for (const std::string args : {"", " --config --json", " --json"}) {
+    const Result r = run("ANVIEW_SECRET=do-not-print-me", info() + args);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(r.out.find("do-not-print-me"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("(set, not shown)"), std::string::npos) << r.out;
+  }
 }
 
 TEST(InfoTest, TransportThatCannotRunSaysWhy) {

@@ -1133,19 +1133,28 @@ std::string stop(Job& job) {
 
 namespace hs = anview::transport::tcp;
 namespace sp = anview::bootstrap::store_protocol;
+namespace auth = anview::base::auth;
 
-// The handshake, encoded by hand from the documented layout (little-endian, 32 bytes).
+// The handshake, encoded by hand from the documented layout (little-endian, 88 bytes).
 static_assert(offsetof(hs::Handshake, magic) == 0 && offsetof(hs::Handshake, version) == 4 &&
               offsetof(hs::Handshake, kind) == 6 && offsetof(hs::Handshake, job_id) == 8 &&
               offsetof(hs::Handshake, rank) == 16 && offsetof(hs::Handshake, world_size) == 20 &&
               offsetof(hs::Handshake, stream) == 24 &&
               offsetof(hs::Handshake, stream_count) == 26 &&
-              offsetof(hs::Handshake, reason) == 28 && sizeof(hs::Handshake) == 32);
-static_assert(hs::handshake_magic == 0x57564E41 && hs::protocol_version == 2);
-static_assert(sp::magic == 0x54535641 && sp::version == 1 && sp::request_header_bytes == 16 &&
+              offsetof(hs::Handshake, reason) == 28 && offsetof(hs::Handshake, auth) == 32 &&
+              offsetof(hs::Handshake, nonce) == 40 && offsetof(hs::Handshake, mac) == 56 &&
+              sizeof(hs::Handshake) == 88);
+static_assert(hs::handshake_magic == 0x57564E41 && hs::protocol_version == 3);
+static_assert(sp::magic == 0x54535641 && sp::version == 2 && sp::request_header_bytes == 16 &&
               sp::reply_header_bytes == 12);
 
 using Bytes = std::vector<std::uint8_t>;
+
+// The job's secret, which anview-run gives every job (empty when there is none).
+std::string job_secret() {
+  const char* v = std::getenv("ANVIEW_SECRET");
+  return v ? v : "";
+}
 
 struct Hello {
   std::uint32_t magic = hs::handshake_magic;
@@ -1157,9 +1166,15 @@ struct Hello {
   std::uint16_t stream = 0;
   std::uint16_t stream_count = 0;
   std::uint32_t reason = 0;
+  // Version 3: authentication.
+  std::uint32_t auth = job_secret().empty() ? 0 : 1;
+  auth::Nonce nonce = auth::fresh_nonce();
+  auth::Mac mac{};
+
+  static constexpr std::size_t bytes = 88;
 
   Bytes encode() const {
-    Bytes b(32);
+    Bytes b(bytes);
     sp::put_u32(&b[0], magic);
     sp::put_u16(&b[4], version);
     sp::put_u16(&b[6], kind);
@@ -1169,6 +1184,9 @@ struct Hello {
     sp::put_u16(&b[24], stream);
     sp::put_u16(&b[26], stream_count);
     sp::put_u32(&b[28], reason);
+    sp::put_u32(&b[32], auth);
+    std::memcpy(&b[40], nonce.data(), nonce.size());
+    std::memcpy(&b[56], mac.data(), mac.size());
     return b;
   }
   static Hello decode(const Bytes& b) {
@@ -1182,6 +1200,19 @@ struct Hello {
     h.stream = sp::get_u16(&b[24]);
     h.stream_count = sp::get_u16(&b[26]);
     h.reason = sp::get_u32(&b[28]);
+    if (b.size() >= bytes) {
+      h.auth = sp::get_u32(&b[32]);
+      std::memcpy(h.nonce.data(), &b[40], h.nonce.size());
+      std::memcpy(h.mac.data(), &b[56], h.mac.size());
+    }
+    return h;
+  }
+  // The transport's struct of the same bytes, for its proof functions.
+  hs::Handshake handshake() const {
+    const Bytes b = encode();
+    hs::Handshake h;
+    static_assert(sizeof h == bytes);
+    std::memcpy(static_cast<void*>(&h), b.data(), bytes);
     return h;
   }
 };
@@ -1260,6 +1291,27 @@ class RawConn {
     End end = End::open;
   };
 
+  // Reads exactly `n` bytes (fewer when the peer closes first or `limit` passes), driving
+  // `pump` meanwhile.
+  Bytes read_exact(std::size_t n, std::chrono::milliseconds limit,
+                   const std::function<void()>& pump) {
+    Bytes out;
+    const auto end = Clock::now() + limit;
+    while (out.size() < n && Clock::now() < end) {
+      pump();
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 2) <= 0) continue;
+      std::uint8_t chunk[4096];
+      const ssize_t got = ::recv(fd_, chunk, std::min(sizeof chunk, n - out.size()), MSG_DONTWAIT);
+      if (got > 0) {
+        out.insert(out.end(), chunk, chunk + got);
+      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+        break;
+      }
+    }
+    return out;
+  }
+
   // Reads until the peer closes (or resets) or `limit` passes, driving `pump` meanwhile (the
   // attacked port may be our own, served only while we drive progress).
   Outcome read_until_close(std::chrono::milliseconds limit, const std::function<void()>& pump) {
@@ -1303,8 +1355,9 @@ void expect_dropped(const RawConn::Outcome& o, const std::string& what) {
 // The attacked data port must answer with a reject for `reason`, then close.
 void expect_reject(const RawConn::Outcome& o, hs::RejectReason reason, const std::string& what,
                    std::optional<std::uint64_t> job_id = {}, int rank = -1, int world_size = -1) {
-  require(o.reply.size() == 32, what, ": expected a 32-byte reject, got ", o.reply.size(),
-          " bytes (", o.end == RawConn::End::open ? "still open" : "then closed", ")");
+  require(o.reply.size() == Hello::bytes, what, ": expected an 88-byte reject, got ",
+          o.reply.size(), " bytes (", o.end == RawConn::End::open ? "still open" : "then closed",
+          ")");
   const Hello h = Hello::decode(o.reply);
   require(h.magic == hs::handshake_magic, what, ": reply magic ", h.magic);
   require(h.kind == static_cast<std::uint16_t>(hs::HandshakeKind::reject), what, ": reply kind ",
@@ -1555,7 +1608,11 @@ std::string garbage(Job& job) {
           h.job_id = job_id(job);
           h.world_size = static_cast<std::uint32_t>(n);
           h.stream_count = static_cast<std::uint16_t>(stream_count());
-          c.send(h.encode());
+          // What every version shares (a version-2 hello is no longer); the port cannot know
+          // the length of another version's hello.
+          Bytes b = h.encode();
+          b.resize(hs::handshake_prefix_bytes);
+          c.send(b);
           expect_reject(c.read_until_close(drop_limit, pump), hs::RejectReason::version, what);
         }
       },
@@ -1671,12 +1728,77 @@ std::string version(Job& job) {
                         t.rank, n);
         },
         above_zero, done);
-    // Impersonating the lower neighbour on a stream it already holds: rejected, and the real
-    // link (checked by the traffic round after it) must not be disturbed.
+    // Authentication (the job has the secret anview-run gave it): the data port answers a
+    // hello with its challenge and its own proof, and nothing about its links.
+    const auth::Secret secret(job_secret());
+    require(!secret.empty(), "anview-run gave the job no ANVIEW_SECRET");
+    auto challenge = [&](RawConn& c, const Hello& h, const std::string& what) {
+      c.send(h.encode());
+      const Bytes got = c.read_exact(Hello::bytes, drop_limit, pump);
+      require(got.size() == Hello::bytes, what, ": expected an 88-byte challenge, got ", got.size(),
+              " bytes");
+      const Hello ack = Hello::decode(got);
+      require(ack.kind == static_cast<std::uint16_t>(hs::HandshakeKind::ack) && ack.auth == 1, what,
+              ": expected a challenge (ack with auth 1), got kind ", ack.kind, ", auth ", ack.auth);
+      require(auth::same(ack.mac, hs::accept_proof(secret, h.handshake(), ack.handshake())), what,
+              ": the challenge's proof of the job secret is wrong");
+      return ack;
+    };
+    attack_round(
+        job, pattern, round, "hello without the job secret",
+        [&](const Target& t, RawConn& c, const std::string& what) {
+          Hello h = hello(t.rank - 1);
+          h.auth = 0;
+          c.send(h.encode());
+          expect_reject(c.read_until_close(drop_limit, pump), RejectReason::auth, what, id, t.rank,
+                        n);
+        },
+        above_zero, done);
+    attack_round(
+        job, pattern, round, "wrong proof",
+        [&](const Target& t, RawConn& c, const std::string& what) {
+          const Hello h = hello(t.rank - 1);
+          const Hello ack = challenge(c, h, what);
+          Hello proof = ack;
+          proof.kind = static_cast<std::uint16_t>(hs::HandshakeKind::proof);
+          proof.mac = hs::connect_proof(auth::Secret("not the job's secret"), h.handshake(),
+                                        ack.handshake());
+          c.send(proof.encode());
+          expect_dropped(c.read_until_close(drop_limit, pump), what);
+        },
+        above_zero, done);
+    // A recorded hello and proof sent again: the port's new nonce makes the proof worthless.
+    attack_round(
+        job, pattern, round, "replayed proof",
+        [&](const Target& t, RawConn& c, const std::string& what) {
+          const Hello h = hello(t.rank - 1);
+          Hello recorded;
+          {
+            RawConn first(t.address, what + " (recorded)");
+            const Hello ack = challenge(first, h, what + " (recorded)");
+            recorded = ack;
+            recorded.kind = static_cast<std::uint16_t>(hs::HandshakeKind::proof);
+            recorded.mac = hs::connect_proof(secret, h.handshake(), ack.handshake());
+          }
+          const Hello ack = challenge(c, h, what);
+          require(!auth::same(ack.nonce, recorded.nonce), what,
+                  ": the data port sent the same nonce twice");
+          c.send(recorded.encode());
+          expect_dropped(c.read_until_close(drop_limit, pump), what);
+        },
+        above_zero, done);
+    // Impersonating the lower neighbour on a stream it already holds, even with the secret:
+    // rejected after the proof, and the real link (checked by the traffic round after it)
+    // must not be disturbed.
     attack_round(
         job, pattern, round, "duplicate stream",
         [&](const Target& t, RawConn& c, const std::string& what) {
-          c.send(hello(t.rank - 1).encode());
+          const Hello h = hello(t.rank - 1);
+          const Hello ack = challenge(c, h, what);
+          Hello proof = ack;
+          proof.kind = static_cast<std::uint16_t>(hs::HandshakeKind::proof);
+          proof.mac = hs::connect_proof(secret, h.handshake(), ack.handshake());
+          c.send(proof.encode());
           expect_reject(c.read_until_close(drop_limit, pump), RejectReason::duplicate, what, id,
                         t.rank, n);
         },
@@ -1693,6 +1815,61 @@ std::string version(Job& job) {
                            what);
       },
       job.rank() == 0 ? std::vector<Target>{targets.front()} : std::vector<Target>{}, done);
+
+  // The job's store serves nobody who has not proven the job secret.
+  const std::vector<Target> store_only =
+      job.rank() == 0 ? std::vector<Target>{targets.front()} : std::vector<Target>{};
+  attack_round(
+      job, pattern, round, "store request without the job secret",
+      [&](const Target&, RawConn& c, const std::string& what) {
+        Bytes b =
+            store_header(sp::magic, sp::version, static_cast<std::uint8_t>(sp::Op::get), 0, 1, 5);
+        b.insert(b.end(), {1, 0, 0, 0, 'k'});
+        c.send(b);
+        expect_store_error(c.read_until_close(drop_limit, pump), sp::Status::unauthenticated, what);
+      },
+      store_only, done);
+  attack_round(
+      job, pattern, round, "store: replayed proof",
+      [&](const Target& t, RawConn& c, const std::string& what) {
+        const auth::Secret secret(job_secret());
+        const auth::Nonce nonce = auth::fresh_nonce();
+        // hello: the client's nonce; the reply: the store's nonce and its proof.
+        auto store_challenge = [&](RawConn& conn, const std::string& about) {
+          Bytes b = store_header(sp::magic, sp::version, static_cast<std::uint8_t>(sp::Op::hello),
+                                 0, 0, 16);
+          b.insert(b.end(), nonce.begin(), nonce.end());
+          conn.send(b);
+          const Bytes got =
+              conn.read_exact(sp::reply_header_bytes + sp::hello_reply_bytes, drop_limit, pump);
+          require(got.size() == sp::reply_header_bytes + sp::hello_reply_bytes, about,
+                  ": expected the store's challenge, got ", got.size(), " bytes");
+          require(got[6] == static_cast<std::uint8_t>(sp::Status::ok), about,
+                  ": hello answered with status ", int{got[6]});
+          auth::Nonce server{};
+          std::memcpy(server.data(), &got[sp::reply_header_bytes], server.size());
+          auth::Mac mac{};
+          std::memcpy(mac.data(), &got[sp::reply_header_bytes + server.size()], mac.size());
+          require(auth::same(mac, sp::server_proof(secret, nonce, server)), about,
+                  ": the store's proof of the job secret is wrong");
+          return server;
+        };
+        auth::Mac recorded{};
+        auth::Nonce first{};
+        {
+          RawConn conn(t.address, what + " (recorded)");
+          first = store_challenge(conn, what + " (recorded)");
+          recorded = sp::client_proof(secret, nonce, first);
+        }
+        const auth::Nonce second = store_challenge(c, what);
+        require(!auth::same(first, second), what, ": the store sent the same nonce twice");
+        Bytes b = store_header(sp::magic, sp::version, static_cast<std::uint8_t>(sp::Op::prove), 0,
+                               0, 32);
+        b.insert(b.end(), recorded.begin(), recorded.end());
+        c.send(b);
+        expect_store_error(c.read_until_close(drop_limit, pump), sp::Status::unauthenticated, what);
+      },
+      store_only, done);
 
   job.leave(n);
   return cat(data_ports.size(), " data ports rejected ", done, " with the right reasons; ", round,

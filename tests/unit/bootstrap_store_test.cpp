@@ -17,16 +17,17 @@
 #include <gtest/gtest.h>
 
 #include "anview/error.hpp"
-#include "support/expect_error.hpp"
 #include "anview/store.hpp"
 #include "base/socket.hpp"
 #include "bootstrap/store_protocol.hpp"
+#include "support/expect_error.hpp"
 
 namespace anview {
 namespace {
 
 using namespace std::chrono_literals;
 namespace proto = bootstrap::store_protocol;
+namespace auth = base::auth;
 using proto::Op;
 using Clock = std::chrono::steady_clock;
 
@@ -444,7 +445,8 @@ TEST_F(TcpStoreWireTest, StuckClientDoesNotBlockOthers) {
 }
 
 TEST_F(TcpStoreWireTest, ClientTurnsAVersionMismatchIntoAProtocolError) {
-  // A fake store that speaks "version 2": answers every request with a version 2 reply.
+  // A fake store of a newer version: answers every request with a reply of that version.
+  const std::uint16_t newer = proto::version + 1;
   base::Fd listener = base::listen_tcp(base::SockAddr::parse("127.0.0.1:0", {}), 4, {});
   const std::string address = base::local_address(listener.get()).to_string();
   std::string failure;
@@ -454,9 +456,9 @@ TEST_F(TcpStoreWireTest, ClientTurnsAVersionMismatchIntoAProtocolError) {
     base::Fd conn(::accept(listener.get(), nullptr, nullptr));
     std::uint8_t request[proto::request_header_bytes];
     base::read_all(conn.get(), request, sizeof request, base::deadline_after(2s), {});
-    const std::string text = "this store speaks protocol version 2";
+    const std::string text = "this store speaks protocol version " + std::to_string(newer);
     proto::ReplyHeader reply;
-    reply.version = 2;
+    reply.version = newer;
     reply.status = static_cast<std::uint8_t>(proto::Status::version_mismatch);
     reply.body_bytes = static_cast<std::uint32_t>(text.size());
     std::uint8_t head[proto::reply_header_bytes];
@@ -472,7 +474,8 @@ TEST_F(TcpStoreWireTest, ClientTurnsAVersionMismatchIntoAProtocolError) {
     EXPECT_EQ(e.kind(), ErrorKind::protocol);
     EXPECT_EQ(e.rank(), 3);
     EXPECT_EQ(e.operation(), "store.set");
-    EXPECT_NE(e.cause().find("store at " + address + " speaks version 2, this process speaks 1"),
+    EXPECT_NE(e.cause().find("store at " + address + " speaks version " + std::to_string(newer) +
+                             ", this process speaks " + std::to_string(proto::version)),
               std::string::npos)
         << e.what();
   }
@@ -560,6 +563,99 @@ TEST(TcpStoreConnect, ConnectWaitsForALateServer) {
   ASSERT_EQ(failure, "");
   client.set("k", std::string("v"));
   EXPECT_EQ(server->get_string("k"), "v");
+}
+
+// ---------------------------------------------------------------------------------------
+// A store with the job secret (ANVIEW_SECRET, read when a server or client is made)
+// ---------------------------------------------------------------------------------------
+
+class TcpStoreAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    use_secret("right");
+    store_ = Store::serve_tcp("127.0.0.1:0", {.timeout = test_timeout, .rank = 0});
+  }
+  void TearDown() override { ::unsetenv("ANVIEW_SECRET"); }
+  static void use_secret(const char* secret) {
+    if (secret) {
+      ::setenv("ANVIEW_SECRET", secret, 1);
+    } else {
+      ::unsetenv("ANVIEW_SECRET");
+    }
+  }
+  Store client_with(const char* secret) {
+    use_secret(secret);
+    return Store::connect_tcp(store_->address(), {.timeout = test_timeout, .rank = 1});
+  }
+  // Sends a hello with `nonce`; the store's nonce, after checking the store's proof.
+  auth::Nonce challenge(int fd, const auth::Nonce& nonce) {
+    auto bytes = header(proto::magic, proto::version, Op::hello, 0, 16);
+    bytes.insert(bytes.end(), nonce.begin(), nonce.end());
+    send_raw(fd, bytes.data(), bytes.size());
+    std::uint8_t reply[proto::reply_header_bytes + proto::hello_reply_bytes];
+    base::read_all(fd, reply, sizeof reply, base::deadline_after(2s), {});
+    EXPECT_EQ(reply[6], static_cast<std::uint8_t>(proto::Status::ok));
+    auth::Nonce server{};
+    std::memcpy(server.data(), reply + proto::reply_header_bytes, server.size());
+    const auto mac = proto::server_proof(auth::Secret("right"), nonce, server);
+    EXPECT_TRUE(auth::same(mac, {reply + proto::reply_header_bytes + 16, 32}));
+    return server;
+  }
+  std::optional<Store> store_;
+};
+
+TEST_F(TcpStoreAuthTest, ClientsWithTheSecretAreServed) {
+  Store c = client_with("right");
+  c.set("k", std::string("v"));
+  EXPECT_EQ(store_->get_string("k"), "v");
+  EXPECT_EQ(c.add("n", 2), 2);
+}
+
+TEST_F(TcpStoreAuthTest, AClientWithoutTheSecretIsRefusedByName) {
+  Store c = client_with(nullptr);
+  const Error e = expect_error([&] { c.set("k", std::string("v")); });
+  EXPECT_EQ(e.kind(), ErrorKind::auth) << e.what();
+  EXPECT_NE(e.cause().find("requires the job secret"), std::string::npos) << e.what();
+  EXPECT_FALSE(store_->check({"k"}));              // nothing was written
+  EXPECT_EQ(client_with("right").add("n", 1), 1);  // and the store goes on
+}
+
+TEST_F(TcpStoreAuthTest, AClientWithAnotherSecretIsRefused) {
+  const Error e = expect_error([&] { client_with("wrong"); });
+  EXPECT_EQ(e.kind(), ErrorKind::auth) << e.what();
+  EXPECT_NE(e.cause().find("did not prove the job secret"), std::string::npos) << e.what();
+}
+
+TEST_F(TcpStoreAuthTest, AStoreWithoutASecretRefusesAClientWithOne) {
+  use_secret(nullptr);
+  Store open = Store::serve_tcp("127.0.0.1:0", {.timeout = test_timeout, .rank = 0});
+  use_secret("right");
+  const Error e =
+      expect_error([&] { Store::connect_tcp(open.address(), {.timeout = test_timeout}); });
+  EXPECT_EQ(e.kind(), ErrorKind::auth) << e.what();
+  EXPECT_NE(e.cause().find("has no job secret"), std::string::npos) << e.what();
+}
+
+TEST_F(TcpStoreAuthTest, AReplayedProofIsRefused) {
+  const auth::Nonce nonce = auth::fresh_nonce();
+  auth::Mac recorded{};
+  auth::Nonce first{};
+  {
+    base::Fd fd = raw_connect(store_->address());
+    first = challenge(fd.get(), nonce);
+    recorded = proto::client_proof(auth::Secret("right"), nonce, first);
+  }
+  base::Fd fd = raw_connect(store_->address());
+  const auth::Nonce second = challenge(fd.get(), nonce);
+  EXPECT_FALSE(auth::same(first, second));
+  auto bytes = header(proto::magic, proto::version, Op::prove, 0, 32);
+  bytes.insert(bytes.end(), recorded.begin(), recorded.end());
+  send_raw(fd.get(), bytes.data(), bytes.size());
+  const auto got = read_until_closed(fd.get());
+  ASSERT_GE(got.size(), proto::reply_header_bytes);
+  EXPECT_EQ(got[6], static_cast<std::uint8_t>(proto::Status::unauthenticated));
+  const std::string text(got.begin() + proto::reply_header_bytes, got.end());
+  EXPECT_NE(text.find("wrong proof"), std::string::npos) << text;
 }
 
 TEST(TcpStoreConnect, DefaultTimeoutComesFromTheSetting) {

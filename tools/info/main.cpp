@@ -81,7 +81,7 @@ const anview::base::Setting* find_setting(std::string_view env) {
 
 std::string setting_value(std::string_view env) {
   const auto* s = find_setting(env);
-  return s ? s->value() : std::string();
+  return s ? s->shown_value() : std::string();
 }
 
 std::string join(const std::vector<std::string>& items, std::string_view sep = ", ") {
@@ -187,8 +187,8 @@ std::vector<std::string> unknown_selected_transports() {
 
 // Components in layer order, bottom up; others after them.
 int component_order(std::string_view component) {
-  static const std::vector<std::string_view> order = {"base", "bootstrap", "transport",
-                                                      "shm",  "tcp",       "p2p"};
+  static const std::vector<std::string_view> order = {"base", "auth", "bootstrap", "transport",
+                                                      "shm",  "tcp",  "p2p"};
   const auto it = std::find(order.begin(), order.end(), component);
   return static_cast<int>(it - order.begin());
 }
@@ -206,7 +206,7 @@ json settings() {
   json out = json::array();
   for (const auto* s : all) {
     out.push_back(json{{"name", s->env()},
-                       {"value", s->value()},
+                       {"value", s->shown_value()},
                        {"source", s->from_environment() ? "environment" : "default"},
                        {"default", s->default_value()},
                        {"component", s->component()},

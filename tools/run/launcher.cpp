@@ -10,9 +10,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
+#include "base/auth.hpp"
 #include "base/clock.hpp"
 #include "base/socket.hpp"
 #include "output_forwarder.hpp"
@@ -176,6 +178,9 @@ void Job::start() {
   ::setenv("ANVIEW_WORLD_SIZE", world.c_str(), 1);
   ::setenv("ANVIEW_LOCAL_WORLD_SIZE", world.c_str(), 1);
   ::setenv("ANVIEW_ROOT", root.c_str(), 1);
+  // Every connection of the job proves this secret (SECURITY.md); one given is kept.
+  if (std::getenv("ANVIEW_SECRET") == nullptr && std::getenv("ANVIEW_SECRET_FILE") == nullptr)
+    ::setenv("ANVIEW_SECRET", base::auth::fresh_secret().c_str(), 1);
 
   ranks_.reserve(static_cast<std::size_t>(options_.world_size));
   for (int rank = 0; rank < options_.world_size; ++rank) {

@@ -46,7 +46,9 @@ int main(int argc, char** argv) {
   app.footer(
       "Usage: anview-run -n N [options] PROGRAM [ARGS...]\n"
       "Each rank gets ANVIEW_RANK, ANVIEW_WORLD_SIZE, ANVIEW_LOCAL_RANK, ANVIEW_LOCAL_WORLD_SIZE\n"
-      "and ANVIEW_ROOT. Exit code: 0, the first failing rank's code (128+signal if it was\n"
+      "and ANVIEW_ROOT, and the job a fresh ANVIEW_SECRET (unless ANVIEW_SECRET or\n"
+      "ANVIEW_SECRET_FILE is set). Exit code: 0, the first failing rank's code (128+signal if it "
+      "was\n"
       "killed), 124 on --timeout, 130/143 on SIGINT/SIGTERM, 127 if PROGRAM cannot be run.");
 
   anview::run::LaunchOptions options;

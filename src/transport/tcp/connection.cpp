@@ -324,9 +324,16 @@ void Connection::set_low_watermark(std::size_t bytes) {
     low_watermark_ = bytes;
 }
 
+void Connection::await_proof(const Handshake& hello, const Handshake& ack) {
+  hello_ = hello;
+  ack_ = ack;
+  state_ = State::awaiting_proof;
+}
+
 void Connection::read_available() {
   socket_drained_ = false;
-  if (state_ == State::awaiting_hello || state_ == State::awaiting_ack) {
+  while (state_ == State::awaiting_hello || state_ == State::awaiting_ack ||
+         state_ == State::awaiting_proof || state_ == State::awaiting_admission) {
     if (!read_handshake()) return;
   }
   if (state_ == State::established) {
@@ -336,8 +343,19 @@ void Connection::read_available() {
 }
 
 bool Connection::read_handshake() {
-  while (rx_tail_ < sizeof(Handshake)) {
-    const ssize_t n = ::recv(fd_.get(), rx_.get() + rx_tail_, sizeof(Handshake) - rx_tail_, 0);
+  // Exactly the handshake's bytes, so that frames behind it stay in the socket: its shared
+  // prefix first, then the rest when the version is ours (another version's reply is read as
+  // its prefix, which names the version).
+  std::size_t want = handshake_prefix_bytes;
+  for (;;) {
+    if (rx_tail_ >= handshake_prefix_bytes) {
+      Handshake prefix;
+      std::memcpy(static_cast<void*>(&prefix), rx_.get(), handshake_prefix_bytes);
+      if (prefix.magic == handshake_magic && prefix.version == protocol_version)
+        want = sizeof(Handshake);
+    }
+    if (rx_tail_ >= want) break;
+    const ssize_t n = ::recv(fd_.get(), rx_.get() + rx_tail_, want - rx_tail_, 0);
     if (n > 0) {
       rx_tail_ += static_cast<std::size_t>(n);
     } else if (n == 0) {
@@ -352,14 +370,20 @@ bool Connection::read_handshake() {
     }
   }
   Handshake h;
-  std::memcpy(&h, rx_.get(), sizeof h);
+  std::memcpy(static_cast<void*>(&h), rx_.get(), want);  // a shorter one keeps its defaults
   rx_head_ = rx_tail_ = 0;
+  const State before = state_;
   if (state_ == State::awaiting_hello) {
     owner_.on_hello(*this, h);
+  } else if (state_ == State::awaiting_proof) {
+    owner_.on_proof(*this, h);
+  } else if (state_ == State::awaiting_admission) {
+    owner_.on_admission(*this, h);
   } else {
     owner_.on_ack(*this, h);
   }
-  return state_ == State::established;
+  // Went on to the next step (a proof, or frames): read what follows.
+  return state_ != before && state_ != State::closed;
 }
 
 bool Connection::read_frames() {

@@ -53,7 +53,18 @@ inline bool counts_for_credit(const WireHeader& h) {
 
 class Connection final : public base::FdHandler {
  public:
-  enum class State { connecting, awaiting_hello, awaiting_ack, established, closed };
+  // In a job with a secret, awaiting_proof: the accepting side sent its challenge (the ack)
+  // and reads nothing else before the connecting side's proof; awaiting_admission: the
+  // connecting side sent its proof and waits to be admitted.
+  enum class State {
+    connecting,
+    awaiting_hello,
+    awaiting_ack,
+    awaiting_proof,
+    awaiting_admission,
+    established,
+    closed
+  };
 
   // Takes ownership of a non-blocking socket and registers it with the engine. A `connecting`
   // socket (a connect in progress) sends `hello` once connected, then awaits the ack.
@@ -92,6 +103,16 @@ class Connection final : public base::FdHandler {
 
   State state() const { return state_; }
   void set_established(int peer, int stream);
+  // The accepting side sent `ack` (its challenge) to `hello`: awaits the proof.
+  void await_proof(const Handshake& hello, const Handshake& ack);
+  // This connection's hello (sent or received) and the ack it got or sent: the proofs cover them.
+  const Handshake& hello() const { return hello_; }
+  const Handshake& ack() const { return ack_; }
+  // The connecting side proved the secret in answer to `ack`: awaits its admission.
+  void await_admission(const Handshake& ack) {
+    ack_ = ack;
+    state_ = State::awaiting_admission;
+  }
   int peer() const { return peer_; }
   int stream() const { return stream_; }
   int path() const { return path_; }
@@ -161,7 +182,8 @@ class Connection final : public base::FdHandler {
   int stream_;
   int path_;
   std::uint16_t generation_ = 0;
-  Handshake hello_{};  // sent once a `connecting` socket is connected
+  Handshake hello_{};  // sent once a `connecting` socket is connected; or received
+  Handshake ack_{};
   bool want_write_ = false;
   bool reading_ = true;
   bool paused_ = false;

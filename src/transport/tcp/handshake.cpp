@@ -22,6 +22,8 @@ const char* to_string(RejectReason reason) {
       return "duplicate connection";
     case RejectReason::closing:
       return "peer is shutting down";
+    case RejectReason::auth:
+      return "job secret mismatch (ANVIEW_SECRET is set on one side only)";
   }
   return "unknown reason";
 }
@@ -40,6 +42,37 @@ void set_path_fields(Handshake& h, const PathFields& f) {
   h.reason = static_cast<RejectReason>(
       std::uint32_t{f.path} | (std::uint32_t{f.path_count} & 0x7F) << 8 |
       (f.grants_credit ? 0x8000u : 0u) | std::uint32_t{f.generation} << 16);
+}
+
+namespace {
+
+base::auth::Mac proof(const base::auth::Secret& secret, const char* role, const Handshake& hello,
+                      const Handshake& ack) {
+  base::auth::MacInput in;
+  in.text(role)
+      .u64(hello.job_id)
+      .u64(hello.rank)
+      .u64(ack.rank)
+      .u64(hello.world_size)
+      .u64(hello.stream)
+      .u64(hello.stream_count)
+      .u64(static_cast<std::uint32_t>(hello.reason))
+      .u64(static_cast<std::uint32_t>(ack.reason))
+      .bytes(hello.nonce)
+      .bytes(ack.nonce);
+  return secret.mac(in);
+}
+
+}  // namespace
+
+base::auth::Mac accept_proof(const base::auth::Secret& secret, const Handshake& hello,
+                             const Handshake& ack) {
+  return proof(secret, "anview tcp accept", hello, ack);
+}
+
+base::auth::Mac connect_proof(const base::auth::Secret& secret, const Handshake& hello,
+                              const Handshake& ack) {
+  return proof(secret, "anview tcp connect", hello, ack);
 }
 
 RejectReason check_hello(const Handshake& hello, const HandshakeExpectation& expected,
@@ -86,6 +119,15 @@ RejectReason check_hello(const Handshake& hello, const HandshakeExpectation& exp
     *why = "stream " + std::to_string(hello.stream) + " of " + std::to_string(hello.stream_count) +
            " does not fit this rank's " + std::to_string(expected.stream_count) + " streams";
     return RejectReason::streams;
+  }
+  if ((hello.auth != 0) != expected.has_secret) {
+    *why = expected.has_secret
+               ? "rank " + std::to_string(hello.rank) +
+                     " connected without the job secret (ANVIEW_SECRET is not set there)"
+               : "rank " + std::to_string(hello.rank) +
+                     " has a job secret and this rank has none (set the same ANVIEW_SECRET on "
+                     "every rank)";
+    return RejectReason::auth;
   }
   return RejectReason::none;
 }

@@ -4,17 +4,36 @@
 // each other apart.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "base/auth.hpp"
 
 namespace anview::transport::tcp {
 
 inline constexpr std::uint32_t handshake_magic = 0x57564E41;  // "ANVW" in little endian
 // 2: frames carry an 8-byte sequence number (multi-path failover), hellos name their path.
-inline constexpr std::uint16_t protocol_version = 2;
+// 3: handshakes carry nonces and proofs of the job secret (88 bytes, "Authentication").
+inline constexpr std::uint16_t protocol_version = 3;
 
-enum class HandshakeKind : std::uint16_t { hello = 1, ack = 2, reject = 3 };
+// An accepted connection that has not completed its handshake (hello, and proof where the
+// job has a secret) by then is dropped.
+inline constexpr auto handshake_timeout = std::chrono::seconds(10);
+
+// Without a job secret: hello, then ack or reject. With one: hello (connecting side, its
+// nonce), ack (accepting side: its nonce and proof), proof (connecting side), then admitted or
+// reject. The accepting side changes no state and says nothing of it (taken streams and the
+// like) before the proof checks; a wrong proof is not answered.
+enum class HandshakeKind : std::uint16_t {
+  hello = 1,
+  ack = 2,
+  reject = 3,
+  proof = 4,
+  admitted = 5
+};
 
 enum class RejectReason : std::uint32_t {
   none = 0,
@@ -25,6 +44,7 @@ enum class RejectReason : std::uint32_t {
   streams = 5,     // different ANVIEW_TCP_STREAMS
   duplicate = 6,   // this (rank, stream) is already connected
   closing = 7,     // this rank is shutting down
+  auth = 8,        // one side has a job secret and the other has none
 };
 
 struct Handshake {
@@ -38,8 +58,25 @@ struct Handshake {
   std::uint16_t stream_count = 0;  // streams per path
   // A reject's reason; in a hello or an ack the same four bytes hold the PathFields.
   RejectReason reason = RejectReason::none;
+  // Version 3 from here on; the 32 bytes above are the same in every version.
+  std::uint32_t auth = 0;  // hello, ack: 1 when the sender has a job secret
+  std::uint32_t reserved = 0;
+  base::auth::Nonce nonce{};  // hello, ack with a secret: fresh random bytes
+  base::auth::Mac mac{};      // ack: the accepting side's proof; proof: the connecting side's
 };
-static_assert(sizeof(Handshake) == 32, "Handshake is a wire format");
+static_assert(sizeof(Handshake) == 88, "Handshake is a wire format");
+// What every version's handshake starts with (magic and version included): a reader takes
+// these first and the rest only when the version is ours.
+inline constexpr std::size_t handshake_prefix_bytes = 32;
+
+// The proofs of a connection whose hello and ack carried nonces: HMAC-SHA256 over a role
+// label, both nonces, the job id, both ranks, the world size, the stream and both path fields.
+// The accepting side puts accept_proof in its ack; the connecting side answers with
+// connect_proof. A recorded handshake is no use later: the other side's nonce is new.
+base::auth::Mac accept_proof(const base::auth::Secret& secret, const Handshake& hello,
+                             const Handshake& ack);
+base::auth::Mac connect_proof(const base::auth::Secret& secret, const Handshake& hello,
+                              const Handshake& ack);
 
 // Which network path a hello's connection belongs to (offset 28 of a hello or an ack).
 struct PathFields {
@@ -60,6 +97,7 @@ struct HandshakeExpectation {
   std::uint32_t world_size;
   std::uint32_t my_rank;
   std::uint16_t stream_count;
+  bool has_secret;  // hellos must say they have one too (and then prove it)
 };
 
 // Validates a hello received on the listening port. Returns the reason to reject it, or none,

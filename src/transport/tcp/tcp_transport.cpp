@@ -47,8 +47,6 @@ const base::Setting cc_setting(
     "Kernel congestion control of data connections (bbr, cubic, ...; empty: the system's "
     "default)");
 
-constexpr auto hello_timeout = std::chrono::seconds(10);
-
 // The addresses a rank publishes, in preference order: IPv4 only for now (the others go to
 // `skipped` when given).
 std::vector<std::string> publishable_addresses(std::vector<std::string>* skipped) {
@@ -72,12 +70,6 @@ std::string join(const std::vector<std::string>& items) {
 
 bool is_loopback(const std::string& host_port) {
   return host_port.rfind("127.", 0) == 0 || host_port.rfind("[::1]", 0) == 0;
-}
-
-// Answers a hello on a fresh socket. 32 bytes always fit an empty socket buffer.
-bool send_reply(int fd, const Handshake& reply) {
-  return ::send(fd, &reply, sizeof reply, MSG_NOSIGNAL | MSG_DONTWAIT) ==
-         static_cast<ssize_t>(sizeof reply);
 }
 
 }  // namespace
@@ -121,8 +113,8 @@ TcpTransport::TcpTransport(const TransportContext& context)
       path_timeout_(path_timeout_setting.as_duration()),
       link_timeout_(link_timeout_setting.as_duration()),
       congestion_control_(cc_setting.value()),
-      credit_bytes_(
-          static_cast<std::uint64_t>(std::max<std::int64_t>(credit_setting.as_int(), 0))) {
+      credit_bytes_(static_cast<std::uint64_t>(std::max<std::int64_t>(credit_setting.as_int(), 0))),
+      secret_(base::auth::Secret::from_environment()) {
   if (stream_count_ < 1 || stream_count_ > 64) {
     throw Error(ErrorKind::usage,
                 {.rank = context_.rank,
@@ -149,6 +141,15 @@ TcpTransport::TcpTransport(const TransportContext& context)
         break;
       }
     }
+  }
+  const bool reachable = std::any_of(published_.begin(), published_.end(),
+                                     [](const std::string& a) { return !is_loopback(a); });
+  static std::atomic<bool> warned{false};
+  if (secret_.empty() && reachable && !warned.exchange(true)) {
+    base::log("tcp", base::LogLevel::warn, "tcp: listening on port ", port_,
+              " of every interface with no job secret: any process that reaches it can try to "
+              "join the job. Set ANVIEW_SECRET on every rank (anview-run does it for each job); "
+              "see SECURITY.md");
   }
   if (!congestion_control_.empty()) {
     // Fail early, on this rank, naming the setting, rather than on every socket later.
@@ -238,6 +239,10 @@ Handshake TcpTransport::make_hello(const PeerLink& link, int stream, int path,
                           .path_count = static_cast<std::uint8_t>(path_count),
                           .grants_credit = grants_credit(link),
                           .generation = generation});
+  if (!secret_.empty()) {
+    hello.auth = 1;
+    hello.nonce = base::auth::fresh_nonce();
+  }
   return hello;
 }
 
@@ -280,7 +285,7 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
       const Handshake hello = make_hello(link, s, 0, first.generation);
       base::write_all(fd.get(), &hello, sizeof hello, deadline, ctx);
       first.streams[static_cast<std::size_t>(s)] = std::make_unique<Connection>(
-          *this, std::move(fd), Connection::State::awaiting_ack, peer.rank, s, 0);
+          *this, std::move(fd), Connection::State::awaiting_ack, peer.rank, s, 0, &hello);
       first.streams[static_cast<std::size_t>(s)]->set_generation(first.generation);
     }
   }
@@ -399,173 +404,6 @@ std::string TcpTransport::pending_connections() const {
 
 void TcpTransport::on_fd_events(std::uint32_t) {
   accept_pending();
-}
-
-void TcpTransport::accept_pending() {
-  for (;;) {
-    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        base::log("tcp", base::LogLevel::warn, "tcp: accept() failed: ", base::errno_text(errno));
-      return;
-    }
-    configure_socket(fd);
-    housekeeping_.store(true, std::memory_order_release);
-    accepting_.push_back(std::make_unique<Connection>(*this, base::Fd(fd),
-                                                      Connection::State::awaiting_hello, -1, -1));
-    accepting_deadlines_.push_back(base::deadline_after(hello_timeout));
-  }
-}
-
-void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
-  auto it = std::find_if(accepting_.begin(), accepting_.end(),
-                         [&](const auto& c) { return c.get() == &conn; });
-  if (it == accepting_.end()) return;
-  const std::size_t index = static_cast<std::size_t>(it - accepting_.begin());
-  std::unique_ptr<Connection> owned = std::move(*it);
-  accepting_.erase(it);
-  accepting_deadlines_.erase(accepting_deadlines_.begin() + static_cast<std::ptrdiff_t>(index));
-
-  const std::string& from = conn.remote();
-  bool foreign = false;
-  std::string why;
-  RejectReason reason = check_hello(
-      hello,
-      {context_.job_id, static_cast<std::uint32_t>(context_.world_size),
-       static_cast<std::uint32_t>(context_.rank), static_cast<std::uint16_t>(stream_count_)},
-      &foreign, &why);
-  PeerLink* link = nullptr;
-  const PathFields fields = path_fields(hello);
-  bool replaces = false;  // a newer generation of a path: the old one is gone
-  if (reason == RejectReason::none) {
-    link = &peers_[hello.rank];
-    if (link->served && link->paths.empty()) {
-      link->paths.resize(fields.path_count);
-      for (auto& path : link->paths) path.streams.resize(static_cast<std::size_t>(stream_count_));
-      link->reliable = fields.path_count > 1;
-      if (link->reliable) {
-        multipath_.store(true, std::memory_order_relaxed);
-        set_next_tick(base::Clock::now() + multipath_tick);
-      }
-    }
-    if (closing_) {
-      reason = RejectReason::closing;
-      why = "this rank is shutting down";
-    } else if (!link->served || link->failed) {
-      reason = RejectReason::duplicate;
-      why = "rank " + std::to_string(hello.rank) + " is not served here or its link is closed";
-    } else if (link->paths.size() != fields.path_count) {
-      reason = RejectReason::streams;
-      why = "path count " + std::to_string(fields.path_count) + " differs from the " +
-            std::to_string(link->paths.size()) + " paths rank " + std::to_string(hello.rank) +
-            " announced before";
-    } else {
-      Path& path = link->paths[fields.path];
-      const bool taken = path.streams[hello.stream] != nullptr;
-      replaces =
-          link->reliable && path.generation != 0 && newer(fields.generation, path.generation);
-      if (!replaces && (taken || (path.generation != 0 && fields.generation != path.generation))) {
-        reason = RejectReason::duplicate;
-        why = "stream " + std::to_string(hello.stream) + " of path " + std::to_string(fields.path) +
-              " of rank " + std::to_string(hello.rank) + " is already connected (generation " +
-              std::to_string(path.generation) + ")";
-      }
-    }
-  }
-  if (reason != RejectReason::none) {
-    base::log("tcp", base::LogLevel::warn, "tcp: dropped a connection from ", from, ": ", why);
-    if (!foreign) {
-      Handshake reject;
-      reject.kind = HandshakeKind::reject;
-      reject.job_id = context_.job_id;
-      reject.rank = static_cast<std::uint32_t>(context_.rank);
-      reject.world_size = static_cast<std::uint32_t>(context_.world_size);
-      reject.reason = reason;
-      send_reply(conn.fd(), reject);
-    }
-    owned->close(nullptr);
-    retire(std::move(owned));
-    return;
-  }
-  const int peer = static_cast<int>(hello.rank);
-  if (replaces) {
-    Path& path = link->paths[fields.path];
-    if (path.state != Path::State::failed) {
-      path_failed(peer, fields.path, "rank " + std::to_string(peer) + " connected it again", false);
-    }
-    path.streams.clear();
-    path.streams.resize(static_cast<std::size_t>(stream_count_));
-    path.established = 0;
-    path.state = Path::State::connecting;
-  }
-  Handshake ack;
-  ack.kind = HandshakeKind::ack;
-  ack.job_id = context_.job_id;
-  ack.rank = static_cast<std::uint32_t>(context_.rank);
-  ack.world_size = static_cast<std::uint32_t>(context_.world_size);
-  ack.stream = hello.stream;
-  ack.stream_count = hello.stream_count;
-  PathFields echoed = fields;
-  echoed.grants_credit = grants_credit(*link);
-  set_path_fields(ack, echoed);
-  if (!send_reply(conn.fd(), ack)) {
-    base::log("tcp", base::LogLevel::warn, "tcp: could not answer the hello of rank ", hello.rank,
-              " from ", from, ": ", base::errno_text(errno));
-    owned->close(nullptr);
-    retire(std::move(owned));
-    return;
-  }
-  if (fields.path == 0 || link->address.empty()) link->address = from;
-  Path& path = link->paths[fields.path];
-  path.generation = fields.generation;
-  if (path.plan.remote.empty()) {
-    // Named from this side: our address on it and the peer's.
-    path.plan = PathPlan{base::local_address(owned->fd()).host(), from};
-  }
-  owned->set_established(peer, hello.stream);
-  owned->set_generation(fields.generation);
-  // The connection's path is known only now.
-  path.streams[hello.stream] = std::move(owned);
-  path.streams[hello.stream]->set_path(fields.path);
-  link->peer_grants = fields.grants_credit;
-  start_credit(*link, *path.streams[hello.stream]);
-  count_established(peer, fields.path);
-}
-
-void TcpTransport::on_ack(Connection& conn, const Handshake& reply) {
-  const int peer = conn.peer();
-  PeerLink& link = peers_[static_cast<std::size_t>(peer)];
-  ErrorContext ctx = error_context(peer, "connect");
-  auto refuse = [&](std::string cause) {
-    // A path probed again that the peer refuses is one failed attempt; at setup, the link.
-    if (link.reliable && link.was_up) {
-      path_attempt_failed(peer, conn.path(), cause);
-      return;
-    }
-    ctx.cause = std::move(cause);
-    fail_link(peer, Error(ErrorKind::protocol, std::move(ctx)));
-  };
-  if (reply.magic != handshake_magic ||
-      (reply.kind != HandshakeKind::ack && reply.kind != HandshakeKind::reject)) {
-    refuse("rank " + std::to_string(peer) +
-           " answered the handshake with bytes that are not an Anview handshake");
-    return;
-  }
-  if (reply.kind == HandshakeKind::reject) {
-    refuse(explain_reject(reply, peer));
-    return;
-  }
-  if (reply.version != protocol_version || reply.job_id != context_.job_id ||
-      reply.rank != static_cast<std::uint32_t>(peer) || reply.stream != conn.stream()) {
-    refuse("rank " + std::to_string(peer) + " acknowledged with mismatching fields (version " +
-           std::to_string(reply.version) + ", rank " + std::to_string(reply.rank) + ")");
-    return;
-  }
-  conn.set_established(peer, conn.stream());
-  link.peer_grants = path_fields(reply).grants_credit;
-  start_credit(link, conn);
-  count_established(peer, conn.path());
 }
 
 Landing TcpTransport::deliver_transport_frame(Connection& conn, const WireHeader& wire) {
@@ -798,7 +636,7 @@ bool TcpTransport::poll_housekeeping() {
         continue;
       }
       base::log("tcp", base::LogLevel::warn, "tcp: dropped a connection from ",
-                accepting_[i]->remote(), ": no handshake within ", hello_timeout.count(), " s");
+                accepting_[i]->remote(), ": no handshake within ", handshake_timeout.count(), " s");
       accepting_[i]->close(nullptr);
       retire(std::move(accepting_[i]));
       accepting_.erase(accepting_.begin() + static_cast<std::ptrdiff_t>(i));

@@ -18,8 +18,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
+#include "base/auth.hpp"
 #include "base/process_watch.hpp"
 #include "transport/tcp/connection.hpp"
 #include "transport/tcp/paths.hpp"
@@ -54,8 +56,11 @@ class TcpTransport final : public Transport, private base::FdHandler {
                        const base::metrics::Labels& labels) const override;
 
   // --- called by Connection ---
+  // The handshake (admission.cpp).
   void on_hello(Connection& conn, const Handshake& hello);
+  void on_proof(Connection& conn, const Handshake& proof);
   void on_ack(Connection& conn, const Handshake& reply);
+  void on_admission(Connection& conn, const Handshake& reply);
   Landing deliver_frame(Connection& conn, const WireHeader& header, bool may_defer);
   void deliver_frame_done(Connection& conn, const WireHeader& header, void* data);
   void on_frame_interrupted(Connection& conn, const WireHeader& header, char* landing);
@@ -155,6 +160,25 @@ class TcpTransport final : public Transport, private base::FdHandler {
   void watch_process(const PeerInfo& peer);
   void on_fd_events(std::uint32_t events) override;  // the listening socket
   void accept_pending();
+  // Admission (admission.cpp): whether a hello may have its stream, with no change of state;
+  // then taking the stream into its peer's path.
+  RejectReason admission(const Handshake& hello, bool* foreign, std::string* why) const;
+  bool replaces_path(const PeerLink& link, const PathFields& fields) const;
+  void admit(std::unique_ptr<Connection> conn, const Handshake& hello);
+  std::unique_ptr<Connection> take_accepting(Connection& conn);
+  void drop_accepted(std::unique_ptr<Connection> conn);
+  // Our answer to `hello` of `kind`: our job id, rank and world size, its stream numbers.
+  Handshake reply_to(const Handshake& hello, HandshakeKind kind) const;
+  // Answers with a reject (not to foreign bytes), then drops the connection.
+  void reject_accepted(Connection& conn, const Handshake& hello, RejectReason reason,
+                       const std::string& why, bool foreign);
+  // The connecting side's end of a handshake: the stream is up.
+  void established(Connection& conn, const Handshake& reply);
+  // The connecting side gives up a handshake: one failed attempt of a path probed again; at
+  // setup, the link fails with `kind`.
+  void refuse(Connection& conn, ErrorKind kind, std::string cause);
+  // Logs a failed proof once per remote host.
+  void log_auth_failure(const std::string& remote, const std::string& why);
   bool poll_housekeeping();
   void periodic_check();
   void check_path(int peer, int path, base::Clock::time_point now);
@@ -208,7 +232,9 @@ class TcpTransport final : public Transport, private base::FdHandler {
   std::vector<std::string> published_;  // our addresses, "ip:port"
   std::vector<LocalAddress> local_addresses_;
   std::vector<PeerLink> peers_;
-  std::vector<std::unique_ptr<Connection>> accepting_;  // waiting for a hello
+  base::auth::Secret secret_;  // the job's secret (ANVIEW_SECRET); empty: none
+  std::unordered_set<std::string> auth_failures_logged_;  // remote hosts
+  std::vector<std::unique_ptr<Connection>> accepting_;    // waiting for a hello or a proof
   std::vector<base::Deadline> accepting_deadlines_;
   std::vector<std::unique_ptr<Connection>> retired_;  // closed; freed on the next poll
   std::vector<Connection*> resume_wanted_;
