@@ -120,4 +120,12 @@ std::string to_hex(std::span<const std::uint8_t> bytes) {
   return text;
 }
 
+bool FailureLog::first(const std::string& remote, std::string* host) {
+  std::uint16_t port = 0;
+  if (!split_host_port(remote, host, &port)) *host = remote;
+  if (hosts_.contains(*host)) return false;
+  if (hosts_.size() < 1024) hosts_.insert(*host);
+  return true;
+}
+
 }  // namespace anview::base::auth

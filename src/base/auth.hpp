@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 namespace anview::base::auth {
@@ -57,5 +58,16 @@ bool same(std::span<const std::uint8_t> a, std::span<const std::uint8_t> b);
 // 32 random bytes in hex: the secret anview-run gives each job.
 std::string fresh_secret();
 std::string to_hex(std::span<const std::uint8_t> bytes);
+
+// Which remote hosts' authentication failures were logged: the first failure of a host is, the
+// ones after it are not (beyond 1024 remembered hosts, every failure is).
+class FailureLog {
+ public:
+  // True when a failure from `remote` ("host:port") is to be logged; `host` gets its host.
+  bool first(const std::string& remote, std::string* host);
+
+ private:
+  std::unordered_set<std::string> hosts_;
+};
 
 }  // namespace anview::base::auth

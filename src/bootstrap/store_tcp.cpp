@@ -13,7 +13,6 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "anview/error.hpp"
 #include "base/clock.hpp"
@@ -129,7 +128,7 @@ class TcpStoreServer {
   std::uint64_t next_id_ = 2;
   bool accept_failure_logged_ = false;
   const base::auth::Secret secret_ = base::auth::Secret::from_environment();
-  std::unordered_set<std::string> auth_failures_logged_;  // remote hosts
+  base::auth::FailureLog auth_failures_;
 };
 
 TcpStoreServer::TcpStoreServer(const std::string& host_port, int rank) : rank_(rank) {
@@ -507,10 +506,8 @@ void TcpStoreServer::authenticate(Conn& c, const proto::Request& request) {
 }
 
 void TcpStoreServer::refuse_auth(Conn& c, const std::string& why) {
-  const auto colon = c.peer.rfind(':');
-  const std::string host = colon == std::string::npos ? c.peer : c.peer.substr(0, colon);
-  if (!auth_failures_logged_.contains(host)) {
-    if (auth_failures_logged_.size() < 1024) auth_failures_logged_.insert(host);
+  std::string host;
+  if (auth_failures_.first(c.peer, &host)) {
     base::log("store", LogLevel::warn, name_, ": authentication failed for ", c.peer, ": ", why,
               " (further failures from ", host, " are not logged)");
   }

@@ -19,14 +19,6 @@ bool send_handshake(int fd, const Handshake& h) {
   return ::send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof h);
 }
 
-std::string host_of(const std::string& host_port) {
-  const auto colon = host_port.rfind(':');
-  return colon == std::string::npos ? host_port : host_port.substr(0, colon);
-}
-
-// Remote hosts whose failed proofs were logged already (at most this many are remembered).
-constexpr std::size_t max_logged_auth_hosts = 1024;
-
 }  // namespace
 
 void TcpTransport::accept_pending() {
@@ -346,9 +338,8 @@ void TcpTransport::established(Connection& conn, const Handshake& reply) {
 }
 
 void TcpTransport::log_auth_failure(const std::string& remote, const std::string& why) {
-  const std::string host = host_of(remote);
-  if (auth_failures_logged_.contains(host)) return;
-  if (auth_failures_logged_.size() < max_logged_auth_hosts) auth_failures_logged_.insert(host);
+  std::string host;
+  if (!auth_failures_.first(remote, &host)) return;
   base::log("tcp", base::LogLevel::warn, "tcp: authentication failed with ", remote, ": ", why,
             " (further failures with ", host, " are not logged)");
 }

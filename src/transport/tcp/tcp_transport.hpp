@@ -18,7 +18,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "base/auth.hpp"
@@ -233,8 +232,8 @@ class TcpTransport final : public Transport, private base::FdHandler {
   std::vector<LocalAddress> local_addresses_;
   std::vector<PeerLink> peers_;
   base::auth::Secret secret_;  // the job's secret (ANVIEW_SECRET); empty: none
-  std::unordered_set<std::string> auth_failures_logged_;  // remote hosts
-  std::vector<std::unique_ptr<Connection>> accepting_;    // waiting for a hello or a proof
+  base::auth::FailureLog auth_failures_;
+  std::vector<std::unique_ptr<Connection>> accepting_;  // waiting for a hello or a proof
   std::vector<base::Deadline> accepting_deadlines_;
   std::vector<std::unique_ptr<Connection>> retired_;  // closed; freed on the next poll
   std::vector<Connection*> resume_wanted_;
