@@ -53,6 +53,17 @@ std::string Setting::shown_value() const {
 
 std::int64_t Setting::as_int() const { return parse_size(value(), env_); }
 
+std::int64_t Setting::as_int_in(std::int64_t lo, std::int64_t hi) const {
+  const std::int64_t v = as_int();
+  if (v < lo || v > hi) {
+    throw Error(ErrorKind::usage, {.operation = "config",
+                                   .cause = std::string(env_) + "='" + value() +
+                                            "' is out of range (" + std::to_string(lo) + " to " +
+                                            std::to_string(hi) + ")"});
+  }
+  return v;
+}
+
 bool Setting::as_bool() const {
   const std::string v = lower(value());
   if (v == "1" || v == "true" || v == "yes" || v == "on") return true;

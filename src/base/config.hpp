@@ -37,6 +37,8 @@ class Setting {
   bool as_bool() const;                           // 1/0, true/false, yes/no, on/off
   std::chrono::milliseconds as_duration() const;  // seconds unless suffixed ms/us/s/m
   std::vector<std::string> as_list() const;       // comma separated, empty items dropped
+  // as_int(), and a usage Error naming the variable when it is outside [lo, hi].
+  std::int64_t as_int_in(std::int64_t lo, std::int64_t hi) const;
 
  private:
   const char* component_;

@@ -52,15 +52,16 @@ namespace {
 class Checker {
  public:
   Checker(const detail::StoreImpl* impl, const char* operation)
-      : impl_(impl), operation_(operation) {
+      : impl_(impl), operation_(operation), limits_(proto::Limits::configured()) {
     if (!impl_) fail("the store handle is empty (moved from)");
   }
 
   void key(const std::string& k) const {
     if (k.empty()) fail("empty key");
-    if (k.size() > proto::max_key_bytes)
+    if (k.size() > limits_.max_key_bytes)
       fail("key '" + k.substr(0, 64) + "...' is " + std::to_string(k.size()) +
-           " bytes, more than the limit of " + std::to_string(proto::max_key_bytes));
+           " bytes, more than the limit of " + std::to_string(limits_.max_key_bytes) +
+           " (ANVIEW_STORE_MAX_KEY)");
   }
 
   void keys(const std::vector<std::string>& ks) const {
@@ -71,9 +72,10 @@ class Checker {
   }
 
   void value(const std::string& k, std::size_t size) const {
-    if (size > proto::max_value_bytes)
+    if (size > limits_.max_value_bytes)
       fail("value of key '" + k + "' is " + std::to_string(size) +
-           " bytes, more than the limit of " + std::to_string(proto::max_value_bytes));
+           " bytes, more than the limit of " + std::to_string(limits_.max_value_bytes) +
+           " (ANVIEW_STORE_MAX_VALUE)");
   }
 
   std::chrono::milliseconds timeout(std::optional<std::chrono::milliseconds> t) const {
@@ -89,6 +91,7 @@ class Checker {
   }
   const detail::StoreImpl* impl_;
   const char* operation_;
+  proto::Limits limits_;
 };
 
 }  // namespace

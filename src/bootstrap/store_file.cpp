@@ -196,11 +196,12 @@ class FileStore final : public StoreImpl {
     }
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) fail_sys(operation, "fstat(" + file + ")", errno);
-    if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) > proto::max_value_bytes)
+    const std::uint32_t most = proto::Limits::configured().max_value_bytes;
+    if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) > most)
       fail(ErrorKind::protocol, operation,
            "'" + file + "' holds " + std::to_string(st.st_size) +
-               " bytes, more than a store value may (" + std::to_string(proto::max_value_bytes) +
-               "); the directory holds something else than a store");
+               " bytes, more than a store value may (" + std::to_string(most) +
+               ", ANVIEW_STORE_MAX_VALUE); the directory holds something else than a store");
     Bytes value(static_cast<std::size_t>(st.st_size));
     std::size_t done = 0;
     while (done < value.size()) {

@@ -1,5 +1,7 @@
 #include "bootstrap/store_protocol.hpp"
 
+#include "base/config.hpp"
+
 namespace anview::bootstrap::store_protocol {
 
 const char* to_string(Op op) noexcept {
@@ -62,12 +64,17 @@ ReplyHeader decode_reply_header(const std::uint8_t* in) {
 
 namespace {
 
-constexpr std::uint64_t key_record_max = 4 + std::uint64_t{max_key_bytes};
+const base::Setting max_key_setting(
+    "store", "ANVIEW_STORE_MAX_KEY", "4K",
+    "Longest store key (1..64K); a request with a longer one is refused");
+const base::Setting max_value_setting(
+    "store", "ANVIEW_STORE_MAX_VALUE", "64M",
+    "Largest store value (0..1G); a set of a larger one is refused");
 
-std::uint64_t payload_bytes_max(Op op) {
+std::uint64_t payload_bytes_max(Op op, const Limits& limits) {
   switch (op) {
     case Op::set:
-      return max_value_bytes;
+      return limits.max_value_bytes;
     case Op::add:
       return 8;
     case Op::hello:
@@ -85,22 +92,30 @@ bool carries_keys(Op op) {
 
 }  // namespace
 
-std::optional<std::string> check_request_header(const RequestHeader& h) {
+Limits Limits::configured() {
+  return Limits{
+      .max_key_bytes = static_cast<std::uint32_t>(max_key_setting.as_int_in(1, key_bytes_ceiling)),
+      .max_value_bytes =
+          static_cast<std::uint32_t>(max_value_setting.as_int_in(0, value_bytes_ceiling))};
+}
+
+std::optional<std::string> check_request_header(const RequestHeader& h, const Limits& limits) {
   if (h.op == 0 || h.op >= op_count) return "unknown op " + std::to_string(h.op);
   const Op op = static_cast<Op>(h.op);
   if (h.flags != 0) return "reserved flags are " + std::to_string(h.flags) + ", not 0";
   if (!carries_keys(op)) {
-    if (h.key_count != 0 || h.body_bytes != payload_bytes_max(op))
+    if (h.key_count != 0 || h.body_bytes != payload_bytes_max(op, limits))
       return std::string(to_string(op)) + " with " + std::to_string(h.key_count) + " keys and " +
              std::to_string(h.body_bytes) + " body bytes (allowed: 0 keys, " +
-             std::to_string(payload_bytes_max(op)) + " bytes)";
+             std::to_string(payload_bytes_max(op, limits)) + " bytes)";
     return std::nullopt;
   }
   const bool many = op == Op::check || op == Op::wait;
   if (h.key_count == 0 || h.key_count > (many ? max_keys_per_request : 1u))
     return std::string(to_string(op)) + " with " + std::to_string(h.key_count) +
            " keys (allowed: 1.." + std::to_string(many ? max_keys_per_request : 1u) + ")";
-  const std::uint64_t most = h.key_count * key_record_max + payload_bytes_max(op);
+  const std::uint64_t most =
+      h.key_count * (4 + std::uint64_t{limits.max_key_bytes}) + payload_bytes_max(op, limits);
   const std::uint64_t least = h.key_count * std::uint64_t{5} + (op == Op::add ? 8 : 0);
   if (h.body_bytes > most || h.body_bytes < least)
     return std::string(to_string(op)) + " body of " + std::to_string(h.body_bytes) + " bytes for " +
@@ -129,7 +144,7 @@ std::vector<std::uint8_t> encode_request_prefix(Op op, const std::vector<std::st
 }
 
 std::optional<std::string> decode_request_body(const RequestHeader& h, const std::uint8_t* body,
-                                               Request& out) {
+                                               const Limits& limits, Request& out) {
   const Op op = static_cast<Op>(h.op);
   out.op = op;
   out.keys.clear();
@@ -139,18 +154,22 @@ std::optional<std::string> decode_request_body(const RequestHeader& h, const std
     if (h.body_bytes - at < 4) return "body ends inside the length of key " + std::to_string(i);
     const std::uint32_t len = get_u32(body + at);
     at += 4;
-    if (len == 0 || len > max_key_bytes)
+    if (len == 0 || len > limits.max_key_bytes)
       return "key " + std::to_string(i) + " is " + std::to_string(len) + " bytes (allowed: 1.." +
-             std::to_string(max_key_bytes) + ")";
+             std::to_string(limits.max_key_bytes) + ", ANVIEW_STORE_MAX_KEY)";
     if (h.body_bytes - at < len) return "key " + std::to_string(i) + " runs past the body";
     out.keys.emplace_back(reinterpret_cast<const char*>(body + at), len);
     at += len;
   }
   const std::size_t payload = h.body_bytes - at;
-  const bool ok = op == Op::set ? payload <= max_value_bytes : payload == payload_bytes_max(op);
+  const bool ok =
+      op == Op::set ? payload <= limits.max_value_bytes : payload == payload_bytes_max(op, limits);
   if (!ok)
     return std::to_string(payload) + " payload bytes after the keys of a " + to_string(op) +
-           " request";
+           " request" +
+           (op == Op::set ? " (allowed: up to " + std::to_string(limits.max_value_bytes) +
+                                ", ANVIEW_STORE_MAX_VALUE)"
+                          : std::string());
   out.payload = std::string_view(reinterpret_cast<const char*>(body + at), payload);
   return std::nullopt;
 }
@@ -176,11 +195,11 @@ base::auth::Mac client_proof(const base::auth::Secret& secret, const base::auth:
   return proof(secret, "anview store connect", client, server);
 }
 
-std::uint32_t max_reply_body(Op op, Status status) {
+std::uint32_t max_reply_body(Op op, Status status, const Limits& limits) {
   if (status != Status::ok) return max_error_text_bytes;
   switch (op) {
     case Op::get:
-      return max_value_bytes;
+      return limits.max_value_bytes;
     case Op::add:
       return 8;
     case Op::check:

@@ -27,8 +27,16 @@ inline constexpr std::size_t request_header_bytes = 16;
 inline constexpr std::size_t reply_header_bytes = 12;
 
 // Limits. A frame over any of them is a protocol violation; the server drops the connection.
-inline constexpr std::uint32_t max_key_bytes = 4096;
-inline constexpr std::uint32_t max_value_bytes = 64u << 20;
+// Key and value sizes are settings (ANVIEW_STORE_MAX_KEY, ANVIEW_STORE_MAX_VALUE) up to the
+// ceilings below; the rest are fixed.
+struct Limits {
+  std::uint32_t max_key_bytes = 4096;
+  std::uint32_t max_value_bytes = 64u << 20;
+  // From the settings; a value out of range raises a usage Error naming it.
+  static Limits configured();
+};
+inline constexpr std::uint32_t key_bytes_ceiling = 64u << 10;
+inline constexpr std::uint32_t value_bytes_ceiling = 1u << 30;
 inline constexpr std::uint32_t max_keys_per_request = 1024;
 inline constexpr std::uint32_t max_error_text_bytes = 4096;
 
@@ -105,7 +113,7 @@ ReplyHeader decode_reply_header(const std::uint8_t* in);
 
 // Checks a request header whose magic and version are right: op, flags, key count and body
 // size against the limits of its op. Returns what is wrong, or nothing.
-std::optional<std::string> check_request_header(const RequestHeader& h);
+std::optional<std::string> check_request_header(const RequestHeader& h, const Limits& limits);
 
 // A request's body: key_count keys, each a u32 length and its bytes, then the op's payload
 // (set: the value; add: an i64 delta; others: nothing).
@@ -119,7 +127,7 @@ struct Request {
 };
 // Parses a complete body (header already checked). Returns what is wrong, or nothing.
 std::optional<std::string> decode_request_body(const RequestHeader& h, const std::uint8_t* body,
-                                               Request& out);
+                                               const Limits& limits, Request& out);
 
 inline constexpr std::uint32_t hello_reply_bytes = 16 + 32;  // server nonce, server proof
 
@@ -132,6 +140,6 @@ base::auth::Mac client_proof(const base::auth::Secret& secret, const base::auth:
                              const base::auth::Nonce& server);
 
 // Upper bound of a reply body the client accepts for `op` (error replies: error text).
-std::uint32_t max_reply_body(Op op, Status status);
+std::uint32_t max_reply_body(Op op, Status status, const Limits& limits);
 
 }  // namespace anview::bootstrap::store_protocol

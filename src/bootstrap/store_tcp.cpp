@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -16,6 +17,7 @@
 
 #include "anview/error.hpp"
 #include "base/clock.hpp"
+#include "base/limits.hpp"
 #include "base/log.hpp"
 #include "base/socket.hpp"
 #include "bootstrap/store_impl.hpp"
@@ -86,6 +88,11 @@ class TcpStoreServer {
     // A store with a job secret serves a connection only once it proved it (hello, prove).
     bool authenticated = false;
     bool challenged = false;  // our nonce and proof went out in the hello's reply
+    // Until its first valid request (with a secret: its proof) a connection is pending: it
+    // must get there within ANVIEW_HANDSHAKE_TIMEOUT, and the oldest pending one gives way
+    // when more than ANVIEW_MAX_PENDING_CONNECTIONS are.
+    bool pending = true;
+    base::Deadline pending_until{};
     base::auth::Nonce client_nonce{}, server_nonce{};
   };
 
@@ -109,7 +116,11 @@ class TcpStoreServer {
   void notify(const std::string& key);
   void update_interest(Conn& c);
   void drop(Conn& c);
-  int next_closing_timeout();
+  // Logs why (within drops_'s bounds), then drops.
+  void drop_logged(Conn& c, const std::string& why);
+  void end_pending(Conn& c);
+  void expire_pending();
+  int next_timeout();
   const std::string* missing_key(const std::vector<std::string>& keys) const;
 
   int rank_;
@@ -125,10 +136,15 @@ class TcpStoreServer {
   std::unordered_map<std::string, std::vector<std::uint8_t>> data_;
   std::unordered_map<std::string, std::vector<std::uint64_t>> waiters_;  // key -> conn ids
   std::vector<std::uint64_t> closing_;
+  std::deque<std::uint64_t> pending_;  // connection ids, oldest first
   std::uint64_t next_id_ = 2;
   bool accept_failure_logged_ = false;
   const base::auth::Secret secret_ = base::auth::Secret::from_environment();
   base::auth::FailureLog auth_failures_;
+  const proto::Limits limits_ = proto::Limits::configured();
+  const std::chrono::milliseconds handshake_timeout_ = base::limits::handshake_timeout();
+  const std::size_t max_pending_ = base::limits::max_pending_connections();
+  base::limits::DropLog drops_;
 };
 
 TcpStoreServer::TcpStoreServer(const std::string& host_port, int rank) : rank_(rank) {
@@ -181,7 +197,7 @@ void TcpStoreServer::run() noexcept {
 void TcpStoreServer::loop() {
   epoll_event events[64];
   for (;;) {
-    const int n = ::epoll_wait(epoll_.get(), events, 64, next_closing_timeout());
+    const int n = ::epoll_wait(epoll_.get(), events, 64, next_timeout());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0)
       throw base::sys_error(ErrorKind::internal, {.rank = rank_, .operation = "store.serve"},
@@ -201,9 +217,7 @@ void TcpStoreServer::loop() {
       } catch (const std::exception& e) {  // out of memory, most likely: lose one client only
         const auto again = conns_.find(token);
         if (again == conns_.end()) continue;
-        base::log("store", LogLevel::warn, name_, ": dropping connection from ",
-                  again->second->peer, ": ", e.what());
-        drop(*again->second);
+        drop_logged(*again->second, e.what());
       }
     }
     // Connections that broke the protocol and did not close within their grace period.
@@ -219,17 +233,42 @@ void TcpStoreServer::loop() {
         ++i;
       }
     }
+    expire_pending();
   }
 }
 
-int TcpStoreServer::next_closing_timeout() {
-  if (closing_.empty()) return -1;
+void TcpStoreServer::expire_pending() {
+  const auto now = base::Clock::now();
+  while (!pending_.empty()) {
+    const auto it = conns_.find(pending_.front());
+    if (it == conns_.end()) {
+      pending_.pop_front();
+      continue;
+    }
+    if (it->second->pending_until > now) return;
+    drop_logged(*it->second, "no request within " + std::to_string(handshake_timeout_.count()) +
+                                 " ms of connecting (ANVIEW_HANDSHAKE_TIMEOUT)");
+  }
+}
+
+int TcpStoreServer::next_timeout() {
   base::Deadline first = base::Deadline::max();
   for (const std::uint64_t id : closing_) {
     const auto it = conns_.find(id);
     if (it != conns_.end()) first = std::min(first, it->second->closing_by);
   }
-  return first == base::Deadline::max() ? 0 : base::ms_left(first);
+  if (!pending_.empty()) {
+    const auto it = conns_.find(pending_.front());
+    first = it == conns_.end() ? base::Clock::now() : std::min(first, it->second->pending_until);
+  }
+  if (first == base::Deadline::max()) return closing_.empty() ? -1 : 0;
+  return base::ms_left(first);
+}
+
+void TcpStoreServer::end_pending(Conn& c) {
+  if (!c.pending) return;
+  c.pending = false;
+  std::erase(pending_, c.id);
 }
 
 void TcpStoreServer::accept_all() {
@@ -238,6 +277,18 @@ void TcpStoreServer::accept_all() {
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if ((errno == EMFILE || errno == ENFILE) && !pending_.empty()) {
+        // The pending connections hold the descriptors: the oldest gives way.
+        const auto oldest = conns_.find(pending_.front());
+        if (oldest == conns_.end()) {
+          pending_.pop_front();
+        } else {
+          drop_logged(*oldest->second,
+                      "out of file descriptors; the oldest connection that "
+                      "made no request yet gives way");
+        }
+        continue;
+      }
       if (!accept_failure_logged_)
         base::log("store", LogLevel::warn, name_,
                   ": cannot accept a connection: ", base::errno_text(errno));
@@ -261,9 +312,22 @@ void TcpStoreServer::accept_all() {
       continue;
     }
     conn->events = EPOLLIN;
+    conn->pending_until = base::deadline_after(handshake_timeout_);
     base::log("store", LogLevel::debug, name_, ": connection from ", conn->peer);
     const std::uint64_t id = conn->id;
     conns_.emplace(id, std::move(conn));
+    pending_.push_back(id);
+    // Against a flood or idle connections (slow-loris): the oldest pending one gives way.
+    if (pending_.size() > max_pending_) {
+      const auto oldest = conns_.find(pending_.front());
+      if (oldest == conns_.end()) {
+        pending_.pop_front();
+      } else {
+        drop_logged(*oldest->second, std::to_string(max_pending_) +
+                                         " connections have not made a request yet "
+                                         "(ANVIEW_MAX_PENDING_CONNECTIONS); the oldest gives way");
+      }
+    }
   }
 }
 
@@ -316,10 +380,10 @@ void TcpStoreServer::read_frames(Conn& c) {
       if (have == 0) {
         base::log("store", LogLevel::debug, name_, ": ", c.peer, " closed its connection");
       } else {
-        base::log("store", LogLevel::warn, name_, ": dropping connection from ", c.peer,
-                  ": truncated frame, the peer closed after ", have, " of ",
-                  c.have_header ? need : proto::request_header_bytes,
-                  c.have_header ? " bytes" : " header bytes");
+        drop_logged(c, "truncated frame, the peer closed after " + std::to_string(have) + " of " +
+                           std::to_string(c.have_header ? need : proto::request_header_bytes) +
+                           (c.have_header ? " bytes" : " header bytes"));
+        return;
       }
       drop(c);
       return;
@@ -331,9 +395,8 @@ void TcpStoreServer::read_frames(Conn& c) {
       if (c.header.magic != proto::magic) {
         char text[16];
         std::snprintf(text, sizeof text, "0x%08x", c.header.magic);
-        base::log("store", LogLevel::warn, name_, ": dropping connection from ", c.peer,
-                  ": not an Anview store client (magic ", text, ", expected 0x54535641 'AVST')");
-        drop(c);
+        drop_logged(c, std::string("not an Anview store client (magic ") + text +
+                           ", expected 0x54535641 'AVST')");
         return;
       }
       if (c.header.version != proto::version) {
@@ -342,7 +405,7 @@ void TcpStoreServer::read_frames(Conn& c) {
                    ", the request is version " + std::to_string(c.header.version));
         return;
       }
-      if (auto wrong = proto::check_request_header(c.header)) {
+      if (auto wrong = proto::check_request_header(c.header, limits_)) {
         reject(c, Status::bad_request, *wrong);
         return;
       }
@@ -359,7 +422,7 @@ void TcpStoreServer::read_frames(Conn& c) {
 void TcpStoreServer::process(Conn& c) {
   proto::Request request;
   if (auto wrong = proto::decode_request_body(c.header, c.in.data() + proto::request_header_bytes,
-                                              request)) {
+                                              limits_, request)) {
     reject(c, Status::bad_request, *wrong);
     return;
   }
@@ -383,6 +446,7 @@ void TcpStoreServer::execute(Conn& c, proto::Request& request) {
     authenticate(c, request);
     return;
   }
+  end_pending(c);
   const std::string& key = request.keys.front();
   switch (request.op) {
     case Op::hello:
@@ -493,6 +557,7 @@ void TcpStoreServer::authenticate(Conn& c, const proto::Request& request) {
         return;
       }
       c.authenticated = true;
+      end_pending(c);
       c.in.clear();
       reply(c, Status::ok, nullptr, 0);
       return;
@@ -567,8 +632,8 @@ void TcpStoreServer::reply(Conn& c, Status status, const void* body, std::size_t
 
 void TcpStoreServer::reject(Conn& c, Status status, const std::string& why, bool logged) {
   // Logged once, here; the connection then only flushes the reply and closes.
-  if (!logged)
-    base::log("store", LogLevel::warn, name_, ": dropping connection from ", c.peer, ": ", why);
+  if (!logged) drops_.log("store", name_ + ": dropping connection from " + c.peer + ": " + why);
+  end_pending(c);  // no longer pending: closing, within closing_grace
   c.closing = true;
   c.closing_by = base::Clock::now() + closing_grace;
   closing_.push_back(c.id);
@@ -637,6 +702,11 @@ void TcpStoreServer::update_interest(Conn& c) {
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) == 0) c.events = want;
 }
 
+void TcpStoreServer::drop_logged(Conn& c, const std::string& why) {
+  drops_.log("store", name_ + ": dropping connection from " + c.peer + ": " + why);
+  drop(c);
+}
+
 void TcpStoreServer::drop(Conn& c) {
   if (c.parked) {
     const auto it = waiters_.find(c.parked_on);
@@ -646,6 +716,7 @@ void TcpStoreServer::drop(Conn& c) {
     }
   }
   if (c.closing) std::erase(closing_, c.id);
+  if (c.pending) std::erase(pending_, c.id);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
   conns_.erase(c.id);  // closes the socket; `c` is gone
 }
@@ -663,7 +734,11 @@ class TcpStoreClient {
   TcpStoreClient(const base::SockAddr& target, std::string shown, int rank,
                  std::chrono::milliseconds connect_timeout)
       : target_(target), shown_(std::move(shown)), rank_(rank) {
-    release(connect(base::deadline_after(connect_timeout), "store.connect", connect_timeout));
+    base::Fd probe =
+        connect(base::deadline_after(connect_timeout), "store.connect", connect_timeout);
+    // Only a connection that made a request (or proved the secret) may stay idle: the server
+    // drops one that did not after ANVIEW_HANDSHAKE_TIMEOUT.
+    if (!secret_.empty()) release(std::move(probe));
   }
 
   StoreImpl::Bytes call(Op op, const std::vector<std::string>& keys, const std::uint8_t* payload,
@@ -695,6 +770,7 @@ class TcpStoreClient {
   const std::string shown_;
   const int rank_;
   const base::auth::Secret secret_ = base::auth::Secret::from_environment();
+  const proto::Limits limits_ = proto::Limits::configured();
   std::mutex mutex_;
   std::vector<base::Fd> idle_;  // guarded by mutex_
 };
@@ -763,7 +839,7 @@ proto::ReplyHeader TcpStoreClient::read_reply(int fd, Op op, base::Deadline dead
   if (h.status > static_cast<std::uint8_t>(Status::unauthenticated))
     fail(ErrorKind::protocol, operation, "unknown reply status " + std::to_string(h.status));
   const auto status = static_cast<Status>(h.status);
-  const std::uint32_t limit = proto::max_reply_body(op, status);
+  const std::uint32_t limit = proto::max_reply_body(op, status, limits_);
   if (h.body_bytes > limit)
     fail(ErrorKind::protocol, operation,
          "reply body of " + std::to_string(h.body_bytes) + " bytes to " + proto::to_string(op) +
@@ -814,7 +890,7 @@ StoreImpl::Bytes TcpStoreClient::call(Op op, const std::vector<std::string>& key
     base::write_all(fd.get(), prefix.data(), prefix.size(), deadline, ctx);
     if (payload_bytes > 0) base::write_all(fd.get(), payload, payload_bytes, deadline, ctx);
     h = read_reply(fd.get(), op, deadline, ctx, body);
-    const std::uint32_t limit = proto::max_reply_body(op, static_cast<Status>(h.status));
+    const std::uint32_t limit = proto::max_reply_body(op, static_cast<Status>(h.status), limits_);
     if (h.status == static_cast<std::uint8_t>(Status::ok) && (op == Op::add || op == Op::check) &&
         h.body_bytes != limit)
       fail(ErrorKind::protocol, operation,

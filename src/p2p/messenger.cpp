@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "base/config.hpp"
+#include "base/limits.hpp"
 #include "base/log.hpp"
 #include "base/timeouts.hpp"
 #include "p2p/protocol.hpp"
@@ -51,11 +52,11 @@ Messenger::Messenger(const MessengerConfig& config)
       eager_bytes_(static_cast<std::size_t>(eager_setting.as_int())),
       unexpected_limit_(static_cast<std::size_t>(unexpected_setting.as_int())),
       chunk_bytes_(static_cast<std::size_t>(
-          std::clamp<std::int64_t>(chunk_setting.as_int(), 4096, transport::max_frame_payload))),
+          std::clamp<std::int64_t>(chunk_setting.as_int(), 4096, base::limits::max_frame_bytes()))),
       spin_(std::chrono::microseconds(spin_setting.as_int())) {
   if (base::Trace* t = base::Trace::active(); t != nullptr && t->transfers()) trace_ = t;
   watchdog_ = base::watchdog_setting().as_duration();
-  if (eager_bytes_ > transport::max_frame_payload) eager_bytes_ = transport::max_frame_payload;
+  eager_bytes_ = std::min<std::size_t>(eager_bytes_, base::limits::max_frame_bytes());
   const transport::TransportContext context{.rank = config.rank,
                                             .world_size = config.world_size,
                                             .job_id = config.job_id,

@@ -19,7 +19,7 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 32, "FrameHeader is a wire format");
 
-// Hard ceiling on one frame's payload; a header that announces more is a protocol error.
-inline constexpr std::uint32_t max_frame_payload = 64u << 20;
+// A header announcing more payload than ANVIEW_MAX_FRAME (base/limits.hpp) is a protocol
+// error.
 
 }  // namespace anview::transport

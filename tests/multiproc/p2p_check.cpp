@@ -41,6 +41,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -55,6 +56,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -1312,6 +1314,19 @@ class RawConn {
     return out;
   }
 
+  // Whether the other side closed (or reset) the connection; does not wait. What it sent
+  // before is read and thrown away.
+  bool closed_by_peer() {
+    for (;;) {
+      std::uint8_t chunk[4096];
+      const ssize_t n = ::recv(fd_, chunk, sizeof chunk, MSG_DONTWAIT);
+      if (n > 0) continue;
+      if (n == 0) return true;
+      if (errno == EINTR) continue;
+      return errno != EAGAIN && errno != EWOULDBLOCK;  // ECONNRESET, or worse
+    }
+  }
+
   // Reads until the peer closes (or resets) or `limit` passes, driving `pump` meanwhile (the
   // attacked port may be our own, served only while we drive progress).
   Outcome read_until_close(std::chrono::milliseconds limit, const std::function<void()>& pump) {
@@ -1337,6 +1352,8 @@ class RawConn {
     }
     return out;
   }
+
+  const std::string& name() const { return name_; }
 
  private:
   int fd_ = -1;
@@ -2062,6 +2079,128 @@ std::string coll_direct(Job& job) {
 }
 
 // ------------------------------------------------------------------------------------------
+// slowloris: connections that never finish their handshake, on every port, in numbers
+// ------------------------------------------------------------------------------------------
+
+long resident_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  throw Failure("no VmRSS in /proc/self/status");
+}
+
+// Rank 0 opens, to the store and to every rank's data ports, 200 connections that never say
+// a word and 10 that send one byte of a handshake per round (slow-loris), while every rank
+// goes on with checked traffic. The test sets ANVIEW_MAX_PENDING_CONNECTIONS=64 and
+// ANVIEW_HANDSHAKE_TIMEOUT=1s: every listener must shed all of them (the oldest as soon as
+// more than 64 wait, the rest at their deadline), the traffic must stay correct, and no rank's
+// resident memory may grow by more than 16 MiB from before the attack to after it.
+std::string slowloris(Job& job) {
+  const Pattern pattern(job.seed(), eager_limit + 64);
+  const int n = job.size();
+  const int me = job.rank();
+  constexpr int idlers = 200;
+  constexpr int tricklers = 10;
+  constexpr int rounds = 25;  // 100 ms apart: well past the handshake timeout
+  constexpr auto shed_limit = 10s;
+  constexpr long growth_limit_kib = 16 * 1024;
+  Communicator& comm = job.comm();
+  const std::function<void()> pump = [&comm] { comm.progress(); };
+  int round = 0;
+  traffic_round(job, pattern, round++);  // everything connected and warm
+  job.barrier(n);
+  const long rss_before = resident_kib();
+
+  std::vector<Target> targets;
+  std::vector<std::unique_ptr<RawConn>> idle, slow;
+  Bytes opening;  // what the slow ones send, a byte per round
+  if (me == 0) {
+    rlimit files{};
+    ::getrlimit(RLIMIT_NOFILE, &files);
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+    targets = all_targets(job);
+    for (const auto& t : targets) {
+      for (int i = 0; i < idlers; ++i)
+        idle.push_back(std::make_unique<RawConn>(t.address, t.name()));
+      for (int i = 0; i < tricklers; ++i)
+        slow.push_back(std::make_unique<RawConn>(t.address, t.name()));
+    }
+    Hello h;
+    h.job_id = job_id(job);
+    h.world_size = static_cast<std::uint32_t>(n);
+    opening = h.encode();
+  }
+  // The last rank is short of file descriptors: its listener must shed the attack all the
+  // same (the oldest pending connection gives way), neither spinning nor waiting for
+  // deadlines to free descriptors.
+  if (me == n - 1 && n > 1) {
+    int open_fds = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      (void)entry;
+      ++open_fds;
+    }
+    rlimit files{};
+    ::getrlimit(RLIMIT_NOFILE, &files);
+    files.rlim_cur = static_cast<rlim_t>(open_fds + 16);
+    require(::setrlimit(RLIMIT_NOFILE, &files) == 0, "setrlimit: ", std::strerror(errno));
+  }
+  job.barrier(n);
+  const auto attack_start = Clock::now();
+  for (int i = 0; i < rounds; ++i) {
+    if (me == 0)
+      for (auto& c : slow) c->send(Bytes{opening[static_cast<std::size_t>(i) % opening.size()]});
+    job.progress_for(100ms);
+    traffic_round(job, pattern, round++);
+  }
+
+  // Rank 0 waits until every hostile connection was closed by its listener; the others wait
+  // for its word, which keeps their listeners served.
+  const Tag shed_tag{2'000'000};
+  std::string summary;
+  if (me == 0) {
+    const auto deadline = Clock::now() + shed_limit;
+    std::size_t open = idle.size() + slow.size();
+    while (open > 0 && Clock::now() < deadline) {
+      pump();
+      open = 0;
+      for (auto* group : {&idle, &slow})
+        for (auto& c : *group)
+          if (c && !c->closed_by_peer()) ++open;
+      if (open > 0) std::this_thread::sleep_for(20ms);
+    }
+    if (open > 0) {
+      std::string still;
+      for (auto* group : {&idle, &slow})
+        for (auto& c : *group)
+          if (!c->closed_by_peer() && still.find(c->name()) == std::string::npos)
+            still += (still.empty() ? "" : ", ") + c->name();
+      throw Failure(cat(open, " of ", idle.size() + slow.size(),
+                        " hostile connections were still open ", seconds_since(attack_start),
+                        " s after the attack began: ", still));
+    }
+    summary = cat(idle.size() + slow.size(), " hostile connections to ", targets.size(), " ports (",
+                  idlers, " idle and ", tricklers, " slow-loris each) were all shed within ",
+                  static_cast<int>(seconds_since(attack_start) * 10) / 10.0, " s");
+    idle.clear();
+    slow.clear();
+    for (int r = 1; r < n; ++r) comm.send(&round, sizeof round, r, shed_tag);
+  } else {
+    int got = -1;
+    comm.recv(&got, sizeof got, 0, shed_tag, 30s);
+  }
+  traffic_round(job, pattern, round++);
+  job.barrier(n);
+  const long growth = resident_kib() - rss_before;
+  require(growth < growth_limit_kib, "rank ", me, "'s resident memory grew by ", growth / 1024,
+          " MiB during the attack (limit ", growth_limit_kib / 1024, " MiB)");
+  job.leave(n);
+  return cat(summary, summary.empty() ? "" : "; ", "rank ", me, " resident memory ",
+             rss_before / 1024, " MiB before, ", growth >= 0 ? "+" : "", growth, " KiB after");
+}
+
+// ------------------------------------------------------------------------------------------
 // idle: a waiting rank uses no CPU, and wakes as soon as its message comes
 // ------------------------------------------------------------------------------------------
 
@@ -2366,6 +2505,7 @@ const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"garbage", garbage},
     {"version", version},
     {"idle", idle},
+    {"slowloris", slowloris},
     {"coll_kill", coll_kill},
     {"coll_direct", coll_direct},
     {"coll_stall", coll_stall},
@@ -2380,7 +2520,7 @@ int usage(const std::string& why) {
                "usage: anview-run -n N anview_p2p_check SCENARIO [--seed S] [--result-dir DIR] "
                "[--preload BYTES] [--hosts K] [--deny-cma]\n"
                "scenarios: stress wildcards ordering outstanding timeout kill stop garbage "
-               "version\n",
+               "version slowloris idle\n",
                why.c_str());
   return 2;
 }

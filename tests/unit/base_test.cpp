@@ -11,12 +11,16 @@
 
 #include "anview/error.hpp"
 #include "base/config.hpp"
+#include "base/limits.hpp"
 #include "base/log.hpp"
 #include "base/progress_engine.hpp"
 #include "base/ticks.hpp"
+#include "support/expect_error.hpp"
 
 namespace anview::base {
 namespace {
+
+using anview::testing::expect_error;
 
 TEST(Error, MessageNamesKindRankPeerOperationTagAndCause) {
   const Error e(ErrorKind::peer_lost, {.rank = 2,
@@ -63,6 +67,37 @@ TEST(Log, LineCarriesTimeRankAndComponent) {
       line, std::regex(R"(\[anview \d\d:\d\d:\d\d\.\d{6} (rank \d+|pid \d+) tcp\] warn: )"
                        R"(link to rank 2 is slow\n)")))
       << line;
+}
+
+// Under a flood only a burst per interval is logged; the next logged line counts the rest.
+TEST(Limits, DropLogLogsABurstPerIntervalAndCountsTheRest) {
+  limits::DropLog drops(std::chrono::milliseconds(200), 3);
+  int logged = 0;
+  for (int i = 0; i < 10; ++i) logged += drops.log("tcp", "dropped one") ? 1 : 0;
+  EXPECT_EQ(logged, 3);
+  EXPECT_EQ(drops.suppressed(), 7u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  EXPECT_TRUE(drops.log("tcp", "dropped one more"));
+  EXPECT_EQ(drops.suppressed(), 7u);
+}
+
+TEST(Limits, DefaultsAndRanges) {
+  EXPECT_EQ(limits::max_frame_bytes(), 64u << 20);
+  EXPECT_EQ(limits::handshake_timeout(), std::chrono::seconds(10));
+  EXPECT_EQ(limits::max_pending_connections(), 128u);
+  ::setenv("ANVIEW_MAX_FRAME", "1K", 1);
+  EXPECT_EQ(expect_error([] { limits::max_frame_bytes(); }).kind(), ErrorKind::usage);
+  ::setenv("ANVIEW_MAX_FRAME", "256K", 1);
+  EXPECT_EQ(limits::max_frame_bytes(), 256u << 10);
+  ::unsetenv("ANVIEW_MAX_FRAME");
+  ::setenv("ANVIEW_MAX_PENDING_CONNECTIONS", "0", 1);
+  const Error e = expect_error([] { limits::max_pending_connections(); });
+  EXPECT_NE(e.cause().find("ANVIEW_MAX_PENDING_CONNECTIONS='0' is out of range"), std::string::npos)
+      << e.what();
+  ::unsetenv("ANVIEW_MAX_PENDING_CONNECTIONS");
+  ::setenv("ANVIEW_HANDSHAKE_TIMEOUT", "250ms", 1);
+  EXPECT_EQ(limits::handshake_timeout(), std::chrono::milliseconds(250));
+  ::unsetenv("ANVIEW_HANDSHAKE_TIMEOUT");
 }
 
 // Ticks (the TSC where invariant) convert to the steady clock's durations.

@@ -21,6 +21,7 @@
 #include "base/socket.hpp"
 #include "bootstrap/store_protocol.hpp"
 #include "support/expect_error.hpp"
+#include "support/scoped_env.hpp"
 
 namespace anview {
 namespace {
@@ -444,6 +445,20 @@ TEST_F(TcpStoreWireTest, StuckClientDoesNotBlockOthers) {
   EXPECT_LT(Clock::now() - start, 1s);
 }
 
+// A fake store's side of Store::connect_tcp: the client's first connection only checks that
+// the store is there and closes without a request (a store without a job secret drops a
+// connection that makes none, so the client keeps none such); its calls come on the next.
+base::Fd accept_caller(int listener) {
+  base::Fd conn;
+  for (int i = 0; i < 2; ++i) {
+    pollfd p{listener, POLLIN, 0};
+    if (::poll(&p, 1, 2000) <= 0) return {};
+    conn = base::Fd(::accept(listener, nullptr, nullptr));
+    if (i == 0 && !read_until_closed(conn.get()).empty()) ADD_FAILURE() << "the probe sent bytes";
+  }
+  return conn;
+}
+
 TEST_F(TcpStoreWireTest, ClientTurnsAVersionMismatchIntoAProtocolError) {
   // A fake store of a newer version: answers every request with a reply of that version.
   const std::uint16_t newer = proto::version + 1;
@@ -451,9 +466,8 @@ TEST_F(TcpStoreWireTest, ClientTurnsAVersionMismatchIntoAProtocolError) {
   const std::string address = base::local_address(listener.get()).to_string();
   std::string failure;
   std::thread fake = spawn(failure, [&] {
-    pollfd p{listener.get(), POLLIN, 0};
-    if (::poll(&p, 1, 2000) <= 0) return;
-    base::Fd conn(::accept(listener.get(), nullptr, nullptr));
+    base::Fd conn = accept_caller(listener.get());
+    if (!conn.valid()) return;
     std::uint8_t request[proto::request_header_bytes];
     base::read_all(conn.get(), request, sizeof request, base::deadline_after(2s), {});
     const std::string text = "this store speaks protocol version " + std::to_string(newer);
@@ -488,9 +502,8 @@ TEST_F(TcpStoreWireTest, ClientRejectsAForeignReply) {
   const std::string address = base::local_address(listener.get()).to_string();
   std::string failure;
   std::thread fake = spawn(failure, [&] {
-    pollfd p{listener.get(), POLLIN, 0};
-    if (::poll(&p, 1, 2000) <= 0) return;
-    base::Fd conn(::accept(listener.get(), nullptr, nullptr));
+    base::Fd conn = accept_caller(listener.get());
+    if (!conn.valid()) return;
     const std::string junk = "HTTP/1.1 400 Bad Request\r\n\r\n";
     send_raw(conn.get(), junk.data(), junk.size());
     ::shutdown(conn.get(), SHUT_WR);
@@ -656,6 +669,96 @@ TEST_F(TcpStoreAuthTest, AReplayedProofIsRefused) {
   EXPECT_EQ(got[6], static_cast<std::uint8_t>(proto::Status::unauthenticated));
   const std::string text(got.begin() + proto::reply_header_bytes, got.end());
   EXPECT_NE(text.find("wrong proof"), std::string::npos) << text;
+}
+
+// Limits (SECURITY.md, "Limits"), each set small by the test before the server starts.
+class TcpStoreLimitsTest : public ::testing::Test {
+ protected:
+  // True when the server closed `fd` within `limit`.
+  static bool closed_within(int fd, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    for (;;) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, base::ms_left(deadline)) <= 0) return false;
+      std::uint8_t buf[256];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return true;
+    }
+  }
+};
+
+TEST_F(TcpStoreLimitsTest, AConnectionThatMakesNoRequestGoesAtTheHandshakeTimeout) {
+  testing::ScopedEnv timeout("ANVIEW_HANDSHAKE_TIMEOUT", "300ms");
+  Store server = Store::serve_tcp("127.0.0.1:0", {.timeout = test_timeout});
+  Store client = Store::connect_tcp(server.address(), {.timeout = test_timeout, .rank = 1});
+  client.set("k", std::string("v"));  // its connection made a request: it stays
+  base::Fd silent = raw_connect(server.address());
+  base::Fd slow = raw_connect(server.address());  // half a header, then nothing
+  const auto h = header(proto::magic, proto::version, Op::get, 1, 5);
+  send_raw(slow.get(), h.data(), 7);
+  const auto start = Clock::now();
+  EXPECT_TRUE(closed_within(silent.get(), 3s));
+  EXPECT_TRUE(closed_within(slow.get(), 3s));
+  EXPECT_GE(Clock::now() - start, 250ms);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(client.get_string("k"), "v");  // on the connection that is older than the timeout
+  EXPECT_EQ(client.add("n", 1), 1);
+}
+
+TEST_F(TcpStoreLimitsTest, ConnectionsBeyondThePendingLimitPushOutTheOldest) {
+  testing::ScopedEnv pending("ANVIEW_MAX_PENDING_CONNECTIONS", "8");
+  Store server = Store::serve_tcp("127.0.0.1:0", {.timeout = test_timeout});
+  std::vector<base::Fd> idle;
+  for (int i = 0; i < 20; ++i) idle.push_back(raw_connect(server.address()));
+  // The first 12 give way to the 8 newest.
+  for (int i = 0; i < 12; ++i) EXPECT_TRUE(closed_within(idle[i].get(), 3s)) << "connection " << i;
+  for (int i = 12; i < 20; ++i)
+    EXPECT_FALSE(closed_within(idle[i].get(), 0ms)) << "connection " << i;
+  // A client of the job still gets in (its connection is the newest) and is served.
+  Store client = Store::connect_tcp(server.address(), {.timeout = test_timeout, .rank = 1});
+  client.set("k", std::string("v"));
+  EXPECT_EQ(server.get_string("k"), "v");
+}
+
+TEST_F(TcpStoreLimitsTest, KeyAndValueSizesAreSettings) {
+  testing::ScopedEnv value("ANVIEW_STORE_MAX_VALUE", "1K");
+  testing::ScopedEnv key("ANVIEW_STORE_MAX_KEY", "16");
+  Store server = Store::serve_tcp("127.0.0.1:0", {.timeout = test_timeout});
+  Store client = Store::connect_tcp(server.address(), {.timeout = test_timeout, .rank = 1});
+  client.set("k", std::string(1024, 'v'));
+  // The client refuses before sending, naming the setting.
+  const Error big = expect_error([&] { client.set("k", std::string(1025, 'v')); });
+  EXPECT_EQ(big.kind(), ErrorKind::usage);
+  EXPECT_NE(big.cause().find("ANVIEW_STORE_MAX_VALUE"), std::string::npos) << big.what();
+  const Error longkey = expect_error([&] { client.get(std::string(17, 'k')); });
+  EXPECT_NE(longkey.cause().find("ANVIEW_STORE_MAX_KEY"), std::string::npos) << longkey.what();
+  // The server refuses what a client with larger limits would send: from the header alone
+  // when it cannot fit, else from the body.
+  base::Fd fd = raw_connect(server.address());
+  auto frame = header(proto::magic, proto::version, Op::set, 1, 4 + 1 + 2000);
+  send_raw(fd.get(), frame.data(), frame.size());
+  auto got = read_until_closed(fd.get());
+  ASSERT_GE(got.size(), proto::reply_header_bytes);
+  EXPECT_EQ(got[6], static_cast<std::uint8_t>(proto::Status::bad_request));
+  base::Fd fd2 = raw_connect(server.address());
+  frame = header(proto::magic, proto::version, Op::set, 1, 4 + 1 + 1030);
+  frame.insert(frame.end(), {1, 0, 0, 0, 'k'});
+  frame.resize(frame.size() + 1030, 'v');
+  send_raw(fd2.get(), frame.data(), frame.size());
+  got = read_until_closed(fd2.get());
+  ASSERT_GE(got.size(), proto::reply_header_bytes);
+  EXPECT_EQ(got[6], static_cast<std::uint8_t>(proto::Status::bad_request));
+  const std::string text(got.begin() + proto::reply_header_bytes, got.end());
+  EXPECT_NE(text.find("ANVIEW_STORE_MAX_VALUE"), std::string::npos) << text;
+  EXPECT_EQ(client.get_string("k"), std::string(1024, 'v'));
+}
+
+TEST_F(TcpStoreLimitsTest, ALimitOutOfRangeIsAUsageError) {
+  testing::ScopedEnv value("ANVIEW_STORE_MAX_VALUE", "2G");
+  const Error e = expect_error([] { Store::serve_tcp("127.0.0.1:0"); });
+  EXPECT_EQ(e.kind(), ErrorKind::usage);
+  EXPECT_NE(e.cause().find("ANVIEW_STORE_MAX_VALUE='2G' is out of range"), std::string::npos)
+      << e.what();
 }
 
 TEST(TcpStoreConnect, DefaultTimeoutComesFromTheSetting) {

@@ -352,6 +352,30 @@ TEST(P2pSemantics, PeerThatClosesFailsPendingReceivesWithPeerLost) {
   });
 }
 
+// ANVIEW_MAX_FRAME bounds what a receiver accepts, so senders cut eager messages and
+// rendezvous chunks to it, whatever ANVIEW_EAGER_BYTES and ANVIEW_RNDV_CHUNK say (a frame
+// over it would be refused as a protocol error and fail the link).
+TEST(P2pLimits, SendersCutFramesToTheMaxFrameSetting) {
+  ::setenv("ANVIEW_MAX_FRAME", "64K", 1);
+  ::setenv("ANVIEW_EAGER_BYTES", "1M", 1);
+  ::setenv("ANVIEW_RNDV_CHUNK", "4M", 1);
+  const std::vector<std::size_t> sizes = {65536, 65537, 300000, (3u << 20) + 5};
+  run_ranks(2, [&](Communicator& comm) {
+    const int other = 1 - comm.rank();
+    for (std::size_t m = 0; m < sizes.size(); ++m) {
+      const auto out = make_payload(comm.rank(), m, sizes[m]);
+      std::vector<unsigned char> in(sizes[m]);
+      Request r = comm.irecv(in.data(), in.size(), other, Tag{m});
+      comm.send(out.data(), out.size(), other, Tag{m});
+      EXPECT_EQ(r.wait(5s).bytes, sizes[m]);
+      EXPECT_TRUE(payload_ok(in.data(), other, m, sizes[m])) << "size " << sizes[m];
+    }
+  });
+  ::unsetenv("ANVIEW_MAX_FRAME");
+  ::unsetenv("ANVIEW_EAGER_BYTES");
+  ::unsetenv("ANVIEW_RNDV_CHUNK");
+}
+
 }  // namespace
 }  // namespace anview
 

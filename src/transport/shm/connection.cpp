@@ -309,7 +309,7 @@ bool Connection::handle(const RingReader::Record& r, bool may_defer, bool& consu
       }
       std::memcpy(&h, r.body, sizeof h);
       const std::size_t inline_bytes = by_ref ? 0 : r.bytes - sizeof h;
-      if (h.reserved != 0 || h.payload_bytes > max_frame_payload ||
+      if (h.reserved != 0 || h.payload_bytes > owner_.max_frame() ||
           inline_bytes > h.payload_bytes || (by_ref && !reads_by_reference_)) {
         corrupt("a frame header announcing " + std::to_string(h.payload_bytes) +
                 " payload bytes (" + std::to_string(inline_bytes) + " inline" +

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "base/config.hpp"
+#include "base/limits.hpp"
 #include "base/log.hpp"
 #include "bootstrap/interfaces.hpp"
 #include "transport/shm/peer_memory.hpp"
@@ -143,6 +144,7 @@ bool ShmTransport::usable_here(std::string* why) {
 ShmTransport::ShmTransport(const TransportContext& context)
     : context_(context),
       ring_bytes_(checked_ring_bytes(context.rank)),
+      max_frame_(base::limits::max_frame_bytes()),
       single_copy_bytes_(static_cast<std::size_t>(single_copy_setting.as_int())),
       single_copy_wanted_(cma_setting.as_bool()),
       split_bytes_(static_cast<std::size_t>(split_setting.as_int())),

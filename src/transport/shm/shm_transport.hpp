@@ -51,6 +51,7 @@ class ShmTransport final : public Transport, private base::FdHandler {
 
   // --- for Connection ---
   FrameSink& sink() { return *context_.sink; }
+  std::uint32_t max_frame() const { return max_frame_; }  // ANVIEW_MAX_FRAME
   int rank() const { return context_.rank; }
   int wake_socket() const { return wake_socket_.get(); }
   std::size_t single_copy_bytes() const { return single_copy_bytes_; }
@@ -81,6 +82,7 @@ class ShmTransport final : public Transport, private base::FdHandler {
 
   TransportContext context_;
   std::size_t ring_bytes_;
+  std::uint32_t max_frame_;
   std::size_t single_copy_bytes_;
   bool single_copy_wanted_;
   std::size_t split_bytes_;

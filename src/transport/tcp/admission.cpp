@@ -14,6 +14,9 @@
 namespace anview::transport::tcp {
 namespace {
 
+// How long the listener rests after accept() ran out of descriptors or memory.
+constexpr auto listener_pause = std::chrono::milliseconds(100);
+
 // Answers on a fresh socket: a handshake always fits its empty send buffer.
 bool send_handshake(int fd, const Handshake& h) {
   return ::send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof h);
@@ -22,20 +25,50 @@ bool send_handshake(int fd, const Handshake& h) {
 }  // namespace
 
 void TcpTransport::accept_pending() {
-  for (;;) {
+  while (!listener_paused_until_) {
     const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        base::log("tcp", base::LogLevel::warn, "tcp: accept() failed: ", base::errno_text(errno));
+      const int err = errno;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if ((err == EMFILE || err == ENFILE) && !accepting_.empty()) {
+        // Out of descriptors: the pending connections hold them, so the oldest gives way.
+        drop_pending(0, "out of file descriptors (" + base::errno_text(err) +
+                            "); the oldest connection waiting for its handshake gives way");
+        continue;
+      }
+      // Out of descriptors or memory with nothing to shed: the listener stays readable, so
+      // accepting again now would only spin. Leave it alone for a moment; the backlog keeps
+      // what arrives.
+      drops_.log("tcp", "tcp: cannot accept a connection (" + base::errno_text(err) +
+                            "); accepting again in " + std::to_string(listener_pause.count()) +
+                            " ms");
+      listener_paused_until_ = base::Clock::now() + listener_pause;
+      context_.engine->modify_fd(listener_.get(), 0, this);
+      housekeeping_.store(true, std::memory_order_release);
       return;
     }
     configure_socket(fd);
     housekeeping_.store(true, std::memory_order_release);
     accepting_.push_back(std::make_unique<Connection>(*this, base::Fd(fd),
                                                       Connection::State::awaiting_hello, -1, -1));
-    accepting_deadlines_.push_back(base::deadline_after(handshake_timeout));
+    accepting_deadlines_.push_back(base::deadline_after(handshake_timeout_));
+    // Against a flood or idle connections (slow-loris): the oldest gives way. A peer of the
+    // job finishes its handshake within a round trip; the oldest is the likeliest idler.
+    if (accepting_.size() > max_pending_) {
+      drop_pending(0, std::to_string(max_pending_) +
+                          " connections are waiting for their handshake "
+                          "(ANVIEW_MAX_PENDING_CONNECTIONS); the oldest gives way");
+    }
   }
+}
+
+void TcpTransport::drop_pending(std::size_t index, const std::string& why) {
+  drops_.log("tcp", "tcp: dropped a connection from " + accepting_[index]->remote() + ": " + why);
+  std::unique_ptr<Connection> owned = std::move(accepting_[index]);
+  accepting_.erase(accepting_.begin() + static_cast<std::ptrdiff_t>(index));
+  accepting_deadlines_.erase(accepting_deadlines_.begin() + static_cast<std::ptrdiff_t>(index));
+  drop_accepted(std::move(owned));
 }
 
 std::unique_ptr<Connection> TcpTransport::take_accepting(Connection& conn) {
@@ -115,8 +148,7 @@ void TcpTransport::reject_accepted(Connection& conn, const Handshake& hello, Rej
   if (reason == RejectReason::auth) {
     log_auth_failure(conn.remote(), why);
   } else {
-    base::log("tcp", base::LogLevel::warn, "tcp: dropped a connection from ", conn.remote(), ": ",
-              why);
+    drops_.log("tcp", "tcp: dropped a connection from " + conn.remote() + ": " + why);
   }
   if (!foreign) {
     Handshake reject = reply_to(hello, HandshakeKind::reject);
@@ -154,8 +186,8 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
     ack.mac = accept_proof(secret_, hello, ack);
   }
   if (!send_handshake(conn.fd(), ack)) {
-    base::log("tcp", base::LogLevel::warn, "tcp: could not answer the hello of rank ", hello.rank,
-              " from ", conn.remote(), ": ", base::errno_text(errno));
+    drops_.log("tcp", "tcp: could not answer the hello of rank " + std::to_string(hello.rank) +
+                          " from " + conn.remote() + ": " + base::errno_text(errno));
     if (auto owned = take_accepting(conn)) drop_accepted(std::move(owned));
     return;
   }

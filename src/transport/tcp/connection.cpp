@@ -486,11 +486,12 @@ bool Connection::read_frames() {
 
 bool Connection::start_frame() {
   std::memcpy(&current_, rx_.get() + rx_head_, header_bytes);
-  if (current_.frame.reserved != 0 || current_.frame.payload_bytes > max_frame_payload) {
+  if (current_.frame.reserved != 0 || current_.frame.payload_bytes > owner_.max_frame()) {
     fail(ErrorKind::protocol, "bad frame header (type " + std::to_string(current_.frame.type) +
                                   ", reserved " + std::to_string(current_.frame.reserved) +
                                   ", payload " + std::to_string(current_.frame.payload_bytes) +
-                                  " bytes, limit " + std::to_string(max_frame_payload) + ")");
+                                  " bytes, limit " + std::to_string(owner_.max_frame()) +
+                                  ", ANVIEW_MAX_FRAME)");
     return false;
   }
   const Landing landing = owner_.deliver_frame(*this, current_, !must_accept_);

@@ -19,10 +19,6 @@ inline constexpr std::uint32_t handshake_magic = 0x57564E41;  // "ANVW" in littl
 // 3: handshakes carry nonces and proofs of the job secret (88 bytes, "Authentication").
 inline constexpr std::uint16_t protocol_version = 3;
 
-// An accepted connection that has not completed its handshake (hello, and proof where the
-// job has a secret) by then is dropped.
-inline constexpr auto handshake_timeout = std::chrono::seconds(10);
-
 // Without a job secret: hello, then ack or reject. With one: hello (connecting side, its
 // nonce), ack (accepting side: its nonce and proof), proof (connecting side), then admitted or
 // reject. The accepting side changes no state and says nothing of it (taken streams and the

@@ -114,6 +114,9 @@ TcpTransport::TcpTransport(const TransportContext& context)
       link_timeout_(link_timeout_setting.as_duration()),
       congestion_control_(cc_setting.value()),
       credit_bytes_(static_cast<std::uint64_t>(std::max<std::int64_t>(credit_setting.as_int(), 0))),
+      max_frame_(base::limits::max_frame_bytes()),
+      handshake_timeout_(base::limits::handshake_timeout()),
+      max_pending_(base::limits::max_pending_connections()),
       secret_(base::auth::Secret::from_environment()) {
   if (stream_count_ < 1 || stream_count_ > 64) {
     throw Error(ErrorKind::usage,
@@ -635,13 +638,14 @@ bool TcpTransport::poll_housekeeping() {
         ++i;
         continue;
       }
-      base::log("tcp", base::LogLevel::warn, "tcp: dropped a connection from ",
-                accepting_[i]->remote(), ": no handshake within ", handshake_timeout.count(), " s");
-      accepting_[i]->close(nullptr);
-      retire(std::move(accepting_[i]));
-      accepting_.erase(accepting_.begin() + static_cast<std::ptrdiff_t>(i));
-      accepting_deadlines_.erase(accepting_deadlines_.begin() + static_cast<std::ptrdiff_t>(i));
+      drop_pending(i, "no handshake within " + std::to_string(handshake_timeout_.count()) +
+                          " ms (ANVIEW_HANDSHAKE_TIMEOUT)");
     }
+  }
+  if (listener_paused_until_ && base::Clock::now() >= *listener_paused_until_) {
+    listener_paused_until_.reset();
+    context_.engine->modify_fd(listener_.get(), EPOLLIN, this);
+    accept_pending();
   }
   if (multipath_.load(std::memory_order_relaxed) &&
       base::Clock::now().time_since_epoch().count() >=
@@ -649,8 +653,10 @@ bool TcpTransport::poll_housekeeping() {
     set_next_tick(base::Clock::now() + multipath_tick);
     periodic_check();
   }
-  // Connections waiting for a hello need their deadline checked on later rounds too.
-  housekeeping_.store(!accepting_.empty(), std::memory_order_release);
+  // Connections waiting for a hello need their deadline checked on later rounds too, and a
+  // paused listener its resumption.
+  housekeeping_.store(!accepting_.empty() || listener_paused_until_.has_value(),
+                      std::memory_order_release);
   if (resume_wanted_.empty()) return false;
   std::vector<Connection*> wanted;
   wanted.swap(resume_wanted_);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/auth.hpp"
+#include "base/limits.hpp"
 #include "base/process_watch.hpp"
 #include "transport/tcp/connection.hpp"
 #include "transport/tcp/paths.hpp"
@@ -69,6 +70,7 @@ class TcpTransport final : public Transport, private base::FdHandler {
   void on_read_idle(Connection& conn);    // it read what the socket had
   void want_resume(Connection& conn);
   base::ProgressEngine& engine() { return *context_.engine; }
+  std::uint32_t max_frame() const { return max_frame_; }  // ANVIEW_MAX_FRAME
   ErrorContext error_context(int peer, const std::string& operation) const;
 
   // A same-host peer's process ended: read its streams to the end, past any budget (a
@@ -166,6 +168,8 @@ class TcpTransport final : public Transport, private base::FdHandler {
   void admit(std::unique_ptr<Connection> conn, const Handshake& hello);
   std::unique_ptr<Connection> take_accepting(Connection& conn);
   void drop_accepted(std::unique_ptr<Connection> conn);
+  // Drops accepting_[index] (a flood, an idler, a timeout), logged within drops_'s bounds.
+  void drop_pending(std::size_t index, const std::string& why);
   // Our answer to `hello` of `kind`: our job id, rank and world size, its stream numbers.
   Handshake reply_to(const Handshake& hello, HandshakeKind kind) const;
   // Answers with a reject (not to foreign bytes), then drops the connection.
@@ -224,8 +228,11 @@ class TcpTransport final : public Transport, private base::FdHandler {
   int max_paths_;      // ANVIEW_TCP_PATHS
   std::chrono::milliseconds path_timeout_;
   std::chrono::milliseconds link_timeout_;
-  std::string congestion_control_;  // ANVIEW_TCP_CC; empty: the kernel's default
-  std::uint64_t credit_bytes_;      // ANVIEW_TCP_CREDIT; 0: no flow control
+  std::string congestion_control_;               // ANVIEW_TCP_CC; empty: the kernel's default
+  std::uint64_t credit_bytes_;                   // ANVIEW_TCP_CREDIT; 0: no flow control
+  std::uint32_t max_frame_;                      // ANVIEW_MAX_FRAME
+  std::chrono::milliseconds handshake_timeout_;  // ANVIEW_HANDSHAKE_TIMEOUT
+  std::size_t max_pending_;                      // ANVIEW_MAX_PENDING_CONNECTIONS
   base::Fd listener_;
   std::uint16_t port_ = 0;
   std::vector<std::string> published_;  // our addresses, "ip:port"
@@ -235,6 +242,9 @@ class TcpTransport final : public Transport, private base::FdHandler {
   base::auth::FailureLog auth_failures_;
   std::vector<std::unique_ptr<Connection>> accepting_;  // waiting for a hello or a proof
   std::vector<base::Deadline> accepting_deadlines_;
+  base::limits::DropLog drops_;  // connections dropped before their handshake was done
+  // Out of descriptors: the listener is left alone until then (accepting would only spin).
+  std::optional<base::Deadline> listener_paused_until_;
   std::vector<std::unique_ptr<Connection>> retired_;  // closed; freed on the next poll
   std::vector<Connection*> resume_wanted_;
   // Something above needs poll_housekeeping() (a lock-free hint for the spinning driver).
