@@ -6,6 +6,8 @@ packages=(
   # the job secret: HMAC-SHA256 and nonces (src/base/auth.cpp)
   libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  # the fuzz targets (tests/fuzz, scripts/fuzz.sh): clang's libFuzzer and sanitizer runtimes
+  clang libclang-rt-14-dev
   libcli11-dev nlohmann-json3-dev
   iproute2 procps
   # the multi-host lab's rate limits are measured with iperf3 (README, "The multi-host lab");

@@ -3,7 +3,8 @@
 #   1. Release build, every test (unit, launcher, multi-process and fault tests, and the
 #      Python package and PyTorch backend with pytest);
 #   2. ASan+UBSan build, every test;
-#   3. TSan build of the unit tests (the threaded core: thread-per-rank communicators).
+#   3. TSan build of the unit tests (the threaded core: thread-per-rank communicators);
+#   4. the fuzz targets with clang's libFuzzer, 45 s each (scripts/fuzz.sh).
 # Tests run one at a time: the multi-process tests start several ranks each, and a 2-core
 # machine has no room for two of them at once.
 set -euo pipefail
@@ -23,6 +24,9 @@ configure_and_build build-tsan anview_unit_tests -DCMAKE_BUILD_TYPE=RelWithDebIn
 echo "=== test.sh: unit tests under ThreadSanitizer"
 ANVIEW_LOG_LEVEL=error TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   build-tsan/bin/anview_unit_tests --gtest_brief=1
+
+echo "=== test.sh: fuzz targets (libFuzzer)"
+./scripts/fuzz.sh 45
 
 configure_and_build build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIEW_SANITIZE=address
 echo "=== test.sh: every test under ASan+UBSan"

@@ -119,7 +119,7 @@ std::chrono::milliseconds parse_duration(std::string_view text, std::string_view
   const std::string s(text);
   char* end = nullptr;
   value = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || value < 0) bad_value(what, text, "a non-negative duration");
+  if (end == s.c_str() || !(value >= 0)) bad_value(what, text, "a non-negative duration");
   const std::string unit = lower(std::string_view(end));
   double ms = 0;
   if (unit.empty() || unit == "s") ms = value * 1000.0;
@@ -127,6 +127,9 @@ std::chrono::milliseconds parse_duration(std::string_view text, std::string_view
   else if (unit == "us") ms = value / 1000.0;
   else if (unit == "m" || unit == "min") ms = value * 60000.0;
   else bad_value(what, text, "a duration (e.g. 30, 30s, 500ms, 2m)");
+  // Deadlines are the steady clock's now plus this, in nanoseconds: ten years fit with room.
+  constexpr double most_ms = 10 * 365.25 * 24 * 3600 * 1000.0;
+  if (!(ms <= most_ms)) bad_value(what, text, "a duration of at most 10 years");
   return std::chrono::milliseconds(static_cast<std::int64_t>(ms + 0.5));
 }
 

@@ -100,7 +100,12 @@ std::string find_root(const EnvLookup& getenv, const Launcher& l) {
   const int p = parse_int(l, "MASTER_PORT", *port);
   if (p < 1 || p > 65535) usage(l, "MASTER_PORT=" + *port + " is not a port (1..65535)");
   const bool v6 = addr->find(':') != std::string::npos && addr->front() != '[';
-  return (v6 ? "[" + *addr + "]" : *addr) + ":" + std::to_string(p);
+  const std::string root = (v6 ? "[" + *addr + "]" : *addr) + ":" + std::to_string(p);
+  std::string host;
+  std::uint16_t parsed = 0;
+  if (!base::split_host_port(root, &host, &parsed))
+    usage(l, "MASTER_ADDR='" + *addr + "' is not a host name or an IP address");
+  return root;
 }
 
 LaunchInfo read_launcher(const EnvLookup& getenv, const Launcher& l, const std::string& rank) {

@@ -144,6 +144,14 @@ TEST(Config, Durations) {
   EXPECT_EQ(parse_duration("2m", "X"), 120s);
   EXPECT_THROW(parse_duration("soon", "X"), Error);
   EXPECT_THROW(parse_duration("5h", "X"), Error);
+  // Found by fuzz_config: values past int64 milliseconds (or not numbers at all) were cast
+  // to an integer regardless, which is undefined behaviour.
+  EXPECT_THROW(parse_duration("333333333333333333333", "X"), Error);
+  EXPECT_THROW(parse_duration("1e400ms", "X"), Error);
+  EXPECT_THROW(parse_duration("nan", "X"), Error);
+  EXPECT_THROW(parse_duration("inf", "X"), Error);
+  EXPECT_THROW(parse_duration("11y", "X"), Error);
+  EXPECT_NO_THROW(parse_duration("5256000m", "X"));  // 10 years of 365 days
 }
 
 const Setting test_setting("test", "ANVIEW_TEST_ONLY_SETTING", "a, b,,c ", "for tests");

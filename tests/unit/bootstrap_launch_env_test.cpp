@@ -82,6 +82,17 @@ TEST(LaunchEnv, TorchrunIpv6MasterAddrGetsBrackets) {
   EXPECT_EQ(info.root, "[fd00::2]:1234");
 }
 
+// Found by fuzz_config: a MASTER_ADDR that cannot be a host made a root that nothing could
+// parse, and the failure came later, naming no variable.
+TEST(LaunchEnv, AMasterAddrThatIsNoHostIsNamed) {
+  expect_usage({{"RANK", "0"},
+                {"WORLD_SIZE", "2"},
+                {"LOCAL_RANK", "0"},
+                {"MASTER_ADDR", "fe8]:x"},
+                {"MASTER_PORT", "29500"}},
+               {"MASTER_ADDR='fe8]:x' is not a host name or an IP address", "torchrun"});
+}
+
 TEST(LaunchEnv, OpenMpi) {
   const auto info = detect({{"OMPI_COMM_WORLD_RANK", "5"},
                             {"OMPI_COMM_WORLD_SIZE", "6"},

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs of the fuzz targets into corpus/<target>/seed-*: valid messages of
+each kind and a few near misses, encoded from the documented formats (docs/store-protocol.md,
+docs/wire-protocol.md, src/transport/shm/ring.hpp). Inputs of crashes found later sit next to
+them (crash-*) and are kept. Run from anywhere: python3 tests/fuzz/make_seeds.py"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write(target, name, data):
+    folder = os.path.join(HERE, "corpus", target)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "seed-" + name), "wb") as f:
+        f.write(data)
+
+
+# --- store protocol: [limits byte] request/reply bytes --------------------------------------
+STORE_MAGIC, STORE_VERSION = 0x54535641, 2
+
+
+def request(op, keys, payload=b"", magic=STORE_MAGIC, version=STORE_VERSION, flags=0):
+    body = b"".join(struct.pack("<I", len(k)) + k for k in keys) + payload
+    return struct.pack("<IHBBII", magic, version, op, flags, len(keys), len(body)) + body
+
+
+store = {
+    "set": request(1, [b"anview/peer/0"], b'{"rank":0}'),
+    "get": request(2, [b"anview/job_id"]),
+    "add": request(3, [b"check/barrier/0"], struct.pack("<q", 1)),
+    "check": request(4, [b"a", b"bb", b"ccc"]),
+    "wait": request(5, [b"anview/peer/1", b"anview/peer/2"]),
+    "hello": request(6, [], bytes(range(16))),
+    "prove": request(7, [], bytes(range(32))),
+    "set-empty-value": request(1, [b"k"]),
+    "wrong-magic": request(1, [b"k"], b"v", magic=0x12345678),
+    "version-99": request(2, [b"k"], version=99),
+    "flags": request(2, [b"k"], flags=1),
+    "too-many-keys": struct.pack("<IHBBII", STORE_MAGIC, STORE_VERSION, 5, 0, 5000, 25000),
+    "huge-body": struct.pack("<IHBBII", STORE_MAGIC, STORE_VERSION, 1, 0, 1, 0xFFFFFFFF),
+    "key-past-body": request(2, [b"key"])[:-1],
+    "reply-ok": struct.pack("<IHBBI", STORE_MAGIC, STORE_VERSION, 0, 0, 5) + b"value",
+    "reply-error": struct.pack("<IHBBI", STORE_MAGIC, STORE_VERSION, 2, 0, 4) + b"nope",
+}
+for name, data in store.items():
+    write("fuzz_store_protocol", "default-" + name, b"\x01" + data)
+    write("fuzz_store_protocol", "small-" + name, b"\x00" + data)
+write("fuzz_store_protocol", "small-value-over", b"\x00" + request(1, [b"k"], b"v" * 65))
+
+# --- TCP handshake: [expectation 16 bytes] handshake bytes ----------------------------------
+TCP_MAGIC, TCP_VERSION = 0x57564E41, 3
+
+
+def expectation(job, world, my_rank, streams, secret):
+    return struct.pack("<QIHBB", job, world, my_rank, streams, 1 if secret else 0)
+
+
+def handshake(kind=1, job=1, rank=0, world=4, stream=0, streams=2, reason=0x100, auth=1,
+              version=TCP_VERSION, magic=TCP_MAGIC):
+    return (struct.pack("<IHHQIIHHI", magic, version, kind, job, rank, world, stream, streams,
+                        reason)
+            + struct.pack("<II", auth, 0) + bytes(range(16)) + bytes(32))
+
+
+exp = expectation(1, 4, 2, 2, True)
+tcp = {
+    "hello": exp + handshake(),
+    "hello-no-secret": expectation(1, 4, 2, 2, False) + handshake(auth=0),
+    "hello-path-1-of-2": exp + handshake(reason=0x0201),
+    "hello-credit-generation": exp + handshake(reason=0x00058101),
+    "other-job": exp + handshake(job=2),
+    "higher-rank": exp + handshake(rank=3),
+    "bad-stream": exp + handshake(stream=2),
+    "version-2-prefix": exp + handshake(version=2)[:32],
+    "reject": exp + handshake(kind=3, reason=6),
+    "foreign": exp + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+}
+for name, data in tcp.items():
+    write("fuzz_tcp_handshake", name, data)
+
+# --- shm ring: [mode] ... ---------------------------------------------------------------------
+RECORD_MAGIC = 0xA5E1
+
+
+def record(kind, body, seq):
+    data = struct.pack("<HBBIQ", RECORD_MAGIC, kind, 0, len(body), seq) + body
+    return data + bytes(-len(data) % 16)
+
+
+frame_header = struct.pack("<BBHIQQQ", 1, 0, 0, 5, 7, 1, 0)  # eager, 5 bytes, tag 7
+ring = record(1, frame_header + b"hello", 1) + record(4, struct.pack("<Q", 42), 2) + \
+    record(5, b"", 3)
+# capacity choice 0 (256 bytes), head = bytes published
+write("fuzz_shm_ring", "hostile-frames", b"\x00" + b"\x00" + struct.pack("<Q", len(ring)) + ring)
+pad_ring = record(1, frame_header + b"hello", 1)
+pad_ring += record(6, bytes(256 - len(pad_ring) - 16), 2)
+wrapped = pad_ring + record(2, b"more", 3)
+write("fuzz_shm_ring", "hostile-pad", b"\x00" + b"\x00" + struct.pack("<Q", len(wrapped)) +
+      pad_ring)
+write("fuzz_shm_ring", "hostile-bad-seq",
+      b"\x00" + b"\x01" + struct.pack("<Q", 64) + record(1, frame_header, 5))
+write("fuzz_shm_ring", "honest-small", b"\x01" + bytes([0, 10, 0x41, 1, 0, 0x42, 0x83, 200, 7]))
+write("fuzz_shm_ring", "honest-wrap", b"\x01" + bytes([0, 239, 1] * 9 + [0x80, 5, 2]))
+
+# --- configuration: [selector] text -----------------------------------------------------------
+config = {
+    "size-64K": b"\x00" + b"64K",
+    "size-MiB": b"\x00" + b"1MiB",
+    "size-max": b"\x00" + b"9223372036854775807",
+    "size-over": b"\x00" + b"8589934592G",
+    "duration-10s": b"\x01" + b"10s",
+    "duration-ms": b"\x01" + b"500ms",
+    "duration-min": b"\x01" + b"2min",
+    "duration-fraction": b"\x01" + b"1.5",
+    "duration-exponent": b"\x01" + b"1e3ms",
+    "anview": b"\x02" + b"ANVIEW_RANK=1\nANVIEW_WORLD_SIZE=4\nANVIEW_ROOT=127.0.0.1:29500",
+    "torchrun": b"\x02" + b"RANK=0\nWORLD_SIZE=2\nLOCAL_RANK=0\nMASTER_ADDR=fe80::1\nMASTER_PORT=29500",
+    "openmpi": b"\x02" + b"OMPI_COMM_WORLD_RANK=3\nOMPI_COMM_WORLD_SIZE=8\n"
+               b"OMPI_COMM_WORLD_LOCAL_RANK=1\nANVIEW_ROOT=[::1]:4000",
+    "slurm": b"\x02" + b"SLURM_PROCID=2\nSLURM_NTASKS=3\nSLURM_LOCALID=0\nMASTER_ADDR=node1\n"
+             b"MASTER_PORT=1234",
+    "rank-out-of-range": b"\x02" + b"ANVIEW_RANK=4\nANVIEW_WORLD_SIZE=4\nANVIEW_ROOT=h:1",
+}
+for name, data in config.items():
+    write("fuzz_config", name, data)
