@@ -317,16 +317,29 @@ void TcpStoreServer::accept_all() {
     const std::uint64_t id = conn->id;
     conns_.emplace(id, std::move(conn));
     pending_.push_back(id);
-    // Against a flood or idle connections (slow-loris): the oldest pending one gives way.
-    if (pending_.size() > max_pending_) {
-      const auto oldest = conns_.find(pending_.front());
-      if (oldest == conns_.end()) {
+    // Against a flood or idle connections (slow-loris): the oldest pending one gives way. It
+    // gets one read first: a client whose request already arrived (its connection accepted
+    // just before a flood) is served, not dropped.
+    while (pending_.size() > max_pending_) {
+      const std::uint64_t oldest = pending_.front();
+      auto it = conns_.find(oldest);
+      if (it == conns_.end()) {
         pending_.pop_front();
-      } else {
-        drop_logged(*oldest->second, std::to_string(max_pending_) +
-                                         " connections have not made a request yet "
-                                         "(ANVIEW_MAX_PENDING_CONNECTIONS); the oldest gives way");
+        continue;
       }
+      if (!it->second->closing && it->second->out.empty()) {
+        try {
+          handle(*it->second, EPOLLIN);  // may serve it, or drop it
+        } catch (const std::exception& e) {
+          if ((it = conns_.find(oldest)) != conns_.end()) drop_logged(*it->second, e.what());
+          continue;
+        }
+        it = conns_.find(oldest);
+        if (it == conns_.end() || !it->second->pending) continue;
+      }
+      drop_logged(*it->second, std::to_string(max_pending_) +
+                                   " connections have not made a request yet "
+                                   "(ANVIEW_MAX_PENDING_CONNECTIONS); the oldest gives way");
     }
   }
 }
