@@ -65,20 +65,21 @@ void TcpTransport::accept_pending() {
 
 void TcpTransport::drop_pending(std::size_t index, const std::string& why) {
   drops_.log("tcp", "tcp: dropped a connection from " + accepting_[index]->remote() + ": " + why);
-  std::unique_ptr<Connection> owned = std::move(accepting_[index]);
-  accepting_.erase(accepting_.begin() + static_cast<std::ptrdiff_t>(index));
-  accepting_deadlines_.erase(accepting_deadlines_.begin() + static_cast<std::ptrdiff_t>(index));
-  drop_accepted(std::move(owned));
+  drop_accepted(take_accepting_at(index));
 }
 
 std::unique_ptr<Connection> TcpTransport::take_accepting(Connection& conn) {
   auto it = std::find_if(accepting_.begin(), accepting_.end(),
                          [&](const auto& c) { return c.get() == &conn; });
   if (it == accepting_.end()) return nullptr;
-  const auto index = it - accepting_.begin();
-  std::unique_ptr<Connection> owned = std::move(*it);
-  accepting_.erase(it);
-  accepting_deadlines_.erase(accepting_deadlines_.begin() + index);
+  return take_accepting_at(static_cast<std::size_t>(it - accepting_.begin()));
+}
+
+std::unique_ptr<Connection> TcpTransport::take_accepting_at(std::size_t index) {
+  const auto at = static_cast<std::ptrdiff_t>(index);
+  std::unique_ptr<Connection> owned = std::move(accepting_[index]);
+  accepting_.erase(accepting_.begin() + at);
+  accepting_deadlines_.erase(accepting_deadlines_.begin() + at);
   return owned;
 }
 

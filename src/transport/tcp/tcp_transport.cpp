@@ -503,16 +503,7 @@ void TcpTransport::on_connection_error(Connection& conn, const Error& error) {
     // Not one of our peers yet: garbage, a port scanner, a foreign program. Drop it.
     base::log("tcp", base::LogLevel::warn, "tcp: dropped a connection from ", conn.remote(),
               " before its handshake: ", error.cause());
-    auto it = std::find_if(accepting_.begin(), accepting_.end(),
-                           [&](const auto& c) { return c.get() == &conn; });
-    if (it != accepting_.end()) {
-      const auto index = it - accepting_.begin();
-      std::unique_ptr<Connection> owned = std::move(*it);
-      accepting_.erase(it);
-      accepting_deadlines_.erase(accepting_deadlines_.begin() + index);
-      owned->close(nullptr);
-      retire(std::move(owned));
-    }
+    if (auto owned = take_accepting(conn)) drop_accepted(std::move(owned));
     return;
   }
   const int peer = conn.peer();

@@ -167,6 +167,7 @@ class TcpTransport final : public Transport, private base::FdHandler {
   bool replaces_path(const PeerLink& link, const PathFields& fields) const;
   void admit(std::unique_ptr<Connection> conn, const Handshake& hello);
   std::unique_ptr<Connection> take_accepting(Connection& conn);
+  std::unique_ptr<Connection> take_accepting_at(std::size_t index);  // accepting_[index]
   void drop_accepted(std::unique_ptr<Connection> conn);
   // Drops accepting_[index] (a flood, an idler, a timeout), logged within drops_'s bounds.
   void drop_pending(std::size_t index, const std::string& why);
