@@ -45,8 +45,8 @@ SockAddr SockAddr::from_host_port(const std::string& host, std::uint16_t port,
   hints.ai_flags = host.empty() ? AI_PASSIVE : 0;
   addrinfo* result = nullptr;
   const std::string service = std::to_string(port);
-  const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints,
-                               &result);
+  const int rc =
+      ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &result);
   if (rc != 0 || result == nullptr) {
     ErrorContext c = context;
     c.cause = "cannot resolve host '" + host + "': " + ::gai_strerror(rc);
@@ -123,7 +123,8 @@ Fd listen_tcp(const SockAddr& bind_addr, int backlog, const ErrorContext& contex
   if (!fd.valid()) throw sys_error(ErrorKind::internal, context, "socket()", errno);
   const int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&bind_addr.storage), bind_addr.length) != 0)
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&bind_addr.storage), bind_addr.length) !=
+      0)
     throw sys_error(ErrorKind::usage, context, "bind(" + bind_addr.to_string() + ")", errno);
   if (::listen(fd.get(), backlog) != 0)
     throw sys_error(ErrorKind::internal, context, "listen()", errno);
@@ -222,9 +223,6 @@ Fd connect_tcp(const SockAddr& addr, Deadline deadline, const ErrorContext& cont
   }
 }
 
-namespace {
-
-// Waits until fd is ready for `events`; raises a timeout Error at the deadline.
 void wait_ready(int fd, short events, Deadline deadline, const ErrorContext& context,
                 const char* what) {
   for (;;) {
@@ -239,42 +237,42 @@ void wait_ready(int fd, short events, Deadline deadline, const ErrorContext& con
   }
 }
 
-}  // namespace
-
-void write_all(int fd, const void* data, std::size_t bytes, Deadline deadline,
-               const ErrorContext& context) {
-  auto* p = static_cast<const char*>(data);
+void transfer_all(int fd, char* data, std::size_t bytes, const IoStep& step, Deadline deadline,
+                  const ErrorContext& context, const char* what) {
   while (bytes > 0) {
-    const ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    short wait_for = POLLIN;
+    const ssize_t n = step(data, bytes, &wait_for);
     if (n > 0) {
-      p += n;
-      bytes -= static_cast<std::size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      wait_ready(fd, POLLOUT, deadline, context, "write");
-    } else if (n < 0 && errno != EINTR) {
-      throw sys_error(ErrorKind::link, context, "send()", errno);
-    }
-  }
-}
-
-void read_all(int fd, void* data, std::size_t bytes, Deadline deadline,
-              const ErrorContext& context) {
-  auto* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::recv(fd, p, bytes, MSG_DONTWAIT);
-    if (n > 0) {
-      p += n;
+      data += n;
       bytes -= static_cast<std::size_t>(n);
     } else if (n == 0) {
       ErrorContext c = context;
       c.cause = "connection closed by the peer";
       throw Error(ErrorKind::link, std::move(c));
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      wait_ready(fd, POLLIN, deadline, context, "read");
+      wait_ready(fd, wait_for, deadline, context, wait_for == POLLOUT ? "write" : "read");
     } else if (errno != EINTR) {
-      throw sys_error(ErrorKind::link, context, "recv()", errno);
+      throw sys_error(ErrorKind::link, context, what, errno);
     }
   }
+}
+
+void write_all(int fd, const void* data, std::size_t bytes, Deadline deadline,
+               const ErrorContext& context) {
+  const IoStep send = [fd](char* p, std::size_t n, short* wait_for) {
+    *wait_for = POLLOUT;
+    return ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+  };
+  transfer_all(fd, static_cast<char*>(const_cast<void*>(data)), bytes, send, deadline, context,
+               "send()");
+}
+
+void read_all(int fd, void* data, std::size_t bytes, Deadline deadline,
+              const ErrorContext& context) {
+  const IoStep recv = [fd](char* p, std::size_t n, short*) {
+    return ::recv(fd, p, n, MSG_DONTWAIT);
+  };
+  transfer_all(fd, static_cast<char*>(data), bytes, recv, deadline, context, "recv()");
 }
 
 }  // namespace anview::base

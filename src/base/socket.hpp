@@ -5,9 +5,11 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -84,6 +86,17 @@ void set_buffer_sizes(int fd, int bytes);  // SO_SNDBUF and SO_RCVBUF; best effo
 
 // Blocking exact-length I/O with a deadline, for handshakes and the store. Raises a timeout
 // Error at the deadline, a link Error when the peer closes or resets.
+// Waits until fd is ready for `events` (POLLIN, POLLOUT); a timeout Error naming `what` at
+// the deadline.
+void wait_ready(int fd, short events, Deadline deadline, const ErrorContext& context,
+                const char* what);
+// One step of a blocking transfer: like recv or send on a non-blocking socket (bytes moved,
+// 0 at the end of the stream, -1 with errno); on EAGAIN it sets *wait_for to POLLIN or POLLOUT.
+using IoStep = std::function<ssize_t(char* data, std::size_t bytes, short* wait_for)>;
+// Moves all `bytes` with `step` before the deadline: a timeout Error at the deadline, a link
+// Error at the end of the stream or on a socket error (`what` names the call).
+void transfer_all(int fd, char* data, std::size_t bytes, const IoStep& step, Deadline deadline,
+                  const ErrorContext& context, const char* what);
 void write_all(int fd, const void* data, std::size_t bytes, Deadline deadline,
                const ErrorContext& context);
 void read_all(int fd, void* data, std::size_t bytes, Deadline deadline,

@@ -20,6 +20,7 @@
 #include "base/limits.hpp"
 #include "base/log.hpp"
 #include "base/socket.hpp"
+#include "base/tls.hpp"
 #include "bootstrap/store_impl.hpp"
 #include "bootstrap/store_protocol.hpp"
 
@@ -94,6 +95,8 @@ class TcpStoreServer {
     bool pending = true;
     base::Deadline pending_until{};
     base::auth::Nonce client_nonce{}, server_nonce{};
+    // With ANVIEW_TLS=1: the TLS session, handshaking until established().
+    std::unique_ptr<base::tls::Session> tls;
   };
 
   void run() noexcept;
@@ -101,6 +104,11 @@ class TcpStoreServer {
   void accept_all();
   void handle(Conn& c, std::uint32_t events);
   void read_frames(Conn& c);
+  // Drives a TLS handshake; false when the connection was dropped or rejected.
+  bool secure(Conn& c);
+  // recv and send on the socket, or through the connection's TLS session.
+  static ssize_t receive(Conn& c, void* data, std::size_t bytes);
+  static ssize_t transmit(Conn& c, const void* data, std::size_t bytes);
   void process(Conn& c);
   void execute(Conn& c, proto::Request& request);
   void reply(Conn& c, Status status, const void* body, std::size_t bytes);
@@ -137,9 +145,13 @@ class TcpStoreServer {
   std::unordered_map<std::string, std::vector<std::uint64_t>> waiters_;  // key -> conn ids
   std::vector<std::uint64_t> closing_;
   std::deque<std::uint64_t> pending_;  // connection ids, oldest first
+  // TLS connections whose next request may wait in OpenSSL's buffer, where epoll cannot see it.
+  std::vector<std::uint64_t> tls_ready_;
   std::uint64_t next_id_ = 2;
   bool accept_failure_logged_ = false;
   const base::auth::Secret secret_ = base::auth::Secret::from_environment();
+  const std::shared_ptr<const base::tls::Context> tls_ =
+      base::tls::Context::from_environment(secret_);
   base::auth::FailureLog auth_failures_;
   const proto::Limits limits_ = proto::Limits::configured();
   const std::chrono::milliseconds handshake_timeout_ = base::limits::handshake_timeout();
@@ -169,7 +181,8 @@ TcpStoreServer::TcpStoreServer(const std::string& host_port, int rank) : rank_(r
   thread_ = std::thread([this] { run(); });
   base::log("store", LogLevel::info, "store server listening on ", bound_.to_string());
   const std::string host = bound_.host();
-  if (secret_.empty() && host.rfind("127.", 0) != 0 && host != "::1") {
+  if (tls_) base::log("store", LogLevel::info, name_, ": ", tls_->describe());
+  if (secret_.empty() && !tls_ && host.rfind("127.", 0) != 0 && host != "::1") {
     base::log("store", LogLevel::warn, name_,
               " has no job secret: any process that reaches it can read and write the job's "
               "keys. Set ANVIEW_SECRET on every rank (anview-run does it for each job); see "
@@ -220,6 +233,19 @@ void TcpStoreServer::loop() {
         drop_logged(*again->second, e.what());
       }
     }
+    // TLS connections with a request in OpenSSL's buffer: epoll does not wake for it.
+    std::vector<std::uint64_t> ready;
+    ready.swap(tls_ready_);
+    for (const std::uint64_t id : ready) {
+      const auto it = conns_.find(id);
+      if (it == conns_.end()) continue;
+      try {
+        handle(*it->second, EPOLLIN);
+      } catch (const std::exception& e) {
+        const auto again = conns_.find(id);
+        if (again != conns_.end()) drop_logged(*again->second, e.what());
+      }
+    }
     // Connections that broke the protocol and did not close within their grace period.
     const auto now = base::Clock::now();
     for (std::size_t i = 0; i < closing_.size();) {
@@ -261,6 +287,7 @@ int TcpStoreServer::next_timeout() {
     const auto it = conns_.find(pending_.front());
     first = it == conns_.end() ? base::Clock::now() : std::min(first, it->second->pending_until);
   }
+  if (!tls_ready_.empty()) return 0;
   if (first == base::Deadline::max()) return closing_.empty() ? -1 : 0;
   return base::ms_left(first);
 }
@@ -302,6 +329,7 @@ void TcpStoreServer::accept_all() {
     conn->fd = base::Fd(fd);
     conn->peer = base::remote_address(fd).to_string();
     conn->authenticated = secret_.empty();
+    if (tls_) conn->tls = std::make_unique<base::tls::Session>(*tls_, fd, base::tls::Role::server);
     base::set_nodelay(fd);
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -350,6 +378,10 @@ void TcpStoreServer::handle(Conn& c, std::uint32_t events) {
     drop(c);
     return;
   }
+  if (c.tls && !c.tls->established()) {
+    if (!secure(c) || !c.tls->established()) return;
+    events |= EPOLLIN;  // a request may have come with the handshake's last record
+  }
   if (!c.out.empty() && (events & (EPOLLOUT | EPOLLHUP))) {
     if (!flush(c)) return;
   }
@@ -369,20 +401,62 @@ void TcpStoreServer::handle(Conn& c, std::uint32_t events) {
   if (c.out.empty() && (events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP))) read_frames(c);
 }
 
+bool TcpStoreServer::secure(Conn& c) {
+  switch (c.tls->handshake()) {
+    case base::tls::Session::Step::done:
+      return true;
+    case base::tls::Session::Step::want_read:
+    case base::tls::Session::Step::want_write:
+      update_interest(c);
+      return true;
+    case base::tls::Session::Step::failed:
+      break;
+  }
+  std::uint8_t head[4];
+  if (c.tls->plaintext_peer() &&
+      ::recv(c.fd.get(), head, sizeof head, MSG_PEEK | MSG_DONTWAIT) == sizeof head &&
+      proto::get_u32(head) == proto::magic) {
+    // A store client without TLS: answered in plain text, so its error names the cause,
+    // then closed as any rejected client is.
+    c.tls.reset();
+    reject(c, Status::bad_request,
+           "this store requires TLS (ANVIEW_TLS=1 here, not on the client: set it on every "
+           "rank, or on none)");
+    return false;
+  }
+  drop_logged(c, c.tls->failure());
+  return false;
+}
+
+ssize_t TcpStoreServer::receive(Conn& c, void* data, std::size_t bytes) {
+  return c.tls ? c.tls->read(data, bytes) : ::recv(c.fd.get(), data, bytes, MSG_DONTWAIT);
+}
+
+ssize_t TcpStoreServer::transmit(Conn& c, const void* data, std::size_t bytes) {
+  return c.tls ? c.tls->write(data, bytes)
+               : ::send(c.fd.get(), data, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 void TcpStoreServer::read_frames(Conn& c) {
   std::size_t budget = read_budget;
-  while (!c.parked && c.out.empty() && !c.closing && budget > 0) {
+  // Through TLS, what OpenSSL holds is read past the budget (at most its read-ahead buffer):
+  // epoll would not wake for it.
+  while (!c.parked && c.out.empty() && !c.closing && (budget > 0 || (c.tls && c.tls->buffered()))) {
     const std::size_t need =
         proto::request_header_bytes + (c.have_header ? c.header.body_bytes : 0);
     const std::size_t have = c.in.size();
-    const std::size_t want = std::min({need - have, read_chunk, budget});
+    const std::size_t want = std::min({need - have, read_chunk, budget > 0 ? budget : read_chunk});
     c.in.resize(have + want);
-    const ssize_t n = ::recv(c.fd.get(), c.in.data() + have, want, MSG_DONTWAIT);
+    const ssize_t n = receive(c, c.in.data() + have, want);
     if (n < 0) {
       const int err = errno;
       c.in.resize(have);
       if (err == EINTR) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) break;
+      if (err == EPROTO && c.tls) {
+        drop_logged(c, c.tls->failure());
+        return;
+      }
       base::log("store", LogLevel::debug, name_, ": recv from ", c.peer, ": ",
                 base::errno_text(err));
       drop(c);
@@ -401,15 +475,18 @@ void TcpStoreServer::read_frames(Conn& c) {
       drop(c);
       return;
     }
-    budget -= static_cast<std::size_t>(n);
+    budget -= std::min(budget, static_cast<std::size_t>(n));
     if (c.in.size() < need) continue;
     if (!c.have_header) {
       c.header = proto::decode_request_header(c.in.data());
       if (c.header.magic != proto::magic) {
         char text[16];
         std::snprintf(text, sizeof text, "0x%08x", c.header.magic);
-        drop_logged(c, std::string("not an Anview store client (magic ") + text +
-                           ", expected 0x54535641 'AVST')");
+        drop_logged(c, base::tls::looks_like_tls(c.in.data(), c.in.size())
+                           ? std::string("the client speaks TLS (ANVIEW_TLS=1 there, not here: "
+                                         "set it on every rank, or on none)")
+                           : std::string("not an Anview store client (magic ") + text +
+                                 ", expected 0x54535641 'AVST')");
         return;
       }
       if (c.header.version != proto::version) {
@@ -658,8 +735,7 @@ void TcpStoreServer::reject(Conn& c, Status status, const std::string& why, bool
 
 bool TcpStoreServer::flush(Conn& c) {
   while (c.out_sent < c.out.size()) {
-    const ssize_t n = ::send(c.fd.get(), c.out.data() + c.out_sent, c.out.size() - c.out_sent,
-                             MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = transmit(c, c.out.data() + c.out_sent, c.out.size() - c.out_sent);
     if (n > 0) {
       c.out_sent += static_cast<std::size_t>(n);
     } else if (n < 0 && errno == EINTR) {
@@ -678,7 +754,12 @@ bool TcpStoreServer::flush(Conn& c) {
     c.out.clear();
     c.out_sent = 0;
     // The error reply is out: tell the peer we are done, then wait for its close.
-    if (c.closing) ::shutdown(c.fd.get(), SHUT_WR);
+    if (c.closing) {
+      if (c.tls) c.tls->close_notify();
+      ::shutdown(c.fd.get(), SHUT_WR);
+    } else if (c.tls && c.tls->buffered() && !c.parked) {
+      tls_ready_.push_back(c.id);  // the next request may be in OpenSSL's buffer already
+    }
   }
   update_interest(c);
   return true;
@@ -687,7 +768,7 @@ bool TcpStoreServer::flush(Conn& c) {
 void TcpStoreServer::discard_input(Conn& c) {
   char sink[16384];
   for (;;) {
-    const ssize_t n = ::recv(c.fd.get(), sink, sizeof sink, MSG_DONTWAIT);
+    const ssize_t n = receive(c, sink, sizeof sink);
     if (n > 0) {
       c.discarded += static_cast<std::size_t>(n);
       if (c.discarded > closing_discard_limit) break;
@@ -702,7 +783,9 @@ void TcpStoreServer::discard_input(Conn& c) {
 
 void TcpStoreServer::update_interest(Conn& c) {
   std::uint32_t want = 0;
-  if (!c.out.empty())
+  if (c.tls && !c.tls->established())
+    want = c.tls->wants_write() ? EPOLLOUT : EPOLLIN;
+  else if (!c.out.empty())
     want = EPOLLOUT;
   else if (c.parked)
     want = EPOLLRDHUP;
@@ -738,6 +821,26 @@ void TcpStoreServer::drop(Conn& c) {
 // Client
 // ---------------------------------------------------------------------------------------
 
+// A connection of the client: a blocking-style socket, through TLS with ANVIEW_TLS=1.
+struct Channel {
+  base::Fd fd;
+  std::unique_ptr<base::tls::Session> tls;
+
+  void write_all(const void* data, std::size_t bytes, base::Deadline deadline,
+                 const ErrorContext& ctx) {
+    if (tls)
+      base::tls::write_all(*tls, fd.get(), data, bytes, deadline, ctx);
+    else
+      base::write_all(fd.get(), data, bytes, deadline, ctx);
+  }
+  void read_all(void* data, std::size_t bytes, base::Deadline deadline, const ErrorContext& ctx) {
+    if (tls)
+      base::tls::read_all(*tls, fd.get(), data, bytes, deadline, ctx);
+    else
+      base::read_all(fd.get(), data, bytes, deadline, ctx);
+  }
+};
+
 // Blocking calls on connections to one store. A call takes an idle connection (or opens
 // one), so concurrent calls from several threads never queue behind a waiting get; a
 // single-threaded user holds exactly one connection. A connection whose call failed is
@@ -747,7 +850,7 @@ class TcpStoreClient {
   TcpStoreClient(const base::SockAddr& target, std::string shown, int rank,
                  std::chrono::milliseconds connect_timeout)
       : target_(target), shown_(std::move(shown)), rank_(rank) {
-    base::Fd probe =
+    Channel probe =
         connect(base::deadline_after(connect_timeout), "store.connect", connect_timeout);
     // Only a connection that made a request (or proved the secret) may stay idle: the server
     // drops one that did not after ANVIEW_HANDSHAKE_TIMEOUT.
@@ -761,16 +864,16 @@ class TcpStoreClient {
   ErrorContext context(const std::string& operation) const {
     return {.rank = rank_, .peer_address = shown_, .operation = operation};
   }
-  base::Fd connect(base::Deadline deadline, const std::string& operation,
-                   std::chrono::milliseconds timeout);
+  Channel connect(base::Deadline deadline, const std::string& operation,
+                  std::chrono::milliseconds timeout);
   // With a job secret: proves it to the server and checks the server's proof (hello, prove).
-  void authenticate(int fd, base::Deadline deadline, const std::string& operation);
+  void authenticate(Channel& channel, base::Deadline deadline, const std::string& operation);
   // Reads a reply's header and body; `op` names the request.
-  proto::ReplyHeader read_reply(int fd, Op op, base::Deadline deadline, const ErrorContext& ctx,
-                                StoreImpl::Bytes& body) const;
-  base::Fd acquire(base::Deadline deadline, const std::string& operation,
-                   std::chrono::milliseconds timeout);
-  void release(base::Fd fd);
+  proto::ReplyHeader read_reply(Channel& channel, Op op, base::Deadline deadline,
+                                const ErrorContext& ctx, StoreImpl::Bytes& body) const;
+  Channel acquire(base::Deadline deadline, const std::string& operation,
+                  std::chrono::milliseconds timeout);
+  void release(Channel channel);
   [[noreturn]] void fail(ErrorKind kind, const std::string& operation, std::string cause) const {
     ErrorContext c = context(operation);
     c.cause = std::move(cause);
@@ -783,33 +886,46 @@ class TcpStoreClient {
   const std::string shown_;
   const int rank_;
   const base::auth::Secret secret_ = base::auth::Secret::from_environment();
+  const std::shared_ptr<const base::tls::Context> tls_ =
+      base::tls::Context::from_environment(secret_);
   const proto::Limits limits_ = proto::Limits::configured();
   std::mutex mutex_;
-  std::vector<base::Fd> idle_;  // guarded by mutex_
+  std::vector<Channel> idle_;  // guarded by mutex_
 };
 
-base::Fd TcpStoreClient::connect(base::Deadline deadline, const std::string& operation,
-                                 std::chrono::milliseconds timeout) {
-  base::Fd fd;
+Channel TcpStoreClient::connect(base::Deadline deadline, const std::string& operation,
+                                std::chrono::milliseconds timeout) {
+  Channel channel;
   try {
-    fd = base::connect_tcp(target_, deadline, context(operation));
+    channel.fd = base::connect_tcp(target_, deadline, context(operation));
   } catch (const Error& e) {
     fail(e.kind(), operation,
          "cannot connect to the store within " + std::to_string(timeout.count()) +
              " ms: " + e.cause());
   }
-  if (!secret_.empty()) authenticate(fd.get(), deadline, operation);
-  return fd;
+  if (tls_) {
+    base::set_nonblocking(channel.fd.get(), true);
+    channel.tls =
+        std::make_unique<base::tls::Session>(*tls_, channel.fd.get(), base::tls::Role::client);
+    try {
+      base::tls::handshake(*channel.tls, channel.fd.get(), deadline, context(operation));
+    } catch (const Error& e) {
+      fail(e.kind(), operation, "TLS with the store at " + shown_ + ": " + e.cause());
+    }
+  }
+  if (!secret_.empty()) authenticate(channel, deadline, operation);
+  return channel;
 }
 
-void TcpStoreClient::authenticate(int fd, base::Deadline deadline, const std::string& operation) {
+void TcpStoreClient::authenticate(Channel& channel, base::Deadline deadline,
+                                  const std::string& operation) {
   const ErrorContext ctx = context(operation);
   const base::auth::Nonce nonce = base::auth::fresh_nonce();
   auto request = proto::encode_request_prefix(Op::hello, {}, nonce.size());
   request.insert(request.end(), nonce.begin(), nonce.end());
-  base::write_all(fd, request.data(), request.size(), deadline, ctx);
+  channel.write_all(request.data(), request.size(), deadline, ctx);
   StoreImpl::Bytes body;
-  read_reply(fd, Op::hello, deadline, ctx, body);
+  read_reply(channel, Op::hello, deadline, ctx, body);
   if (body.size() != proto::hello_reply_bytes)
     fail(ErrorKind::protocol, operation,
          "the store's answer to hello has " + std::to_string(body.size()) + " bytes, not " +
@@ -825,16 +941,16 @@ void TcpStoreClient::authenticate(int fd, base::Deadline deadline, const std::st
   const auto mac = proto::client_proof(secret_, nonce, server);
   request = proto::encode_request_prefix(Op::prove, {}, mac.size());
   request.insert(request.end(), mac.begin(), mac.end());
-  base::write_all(fd, request.data(), request.size(), deadline, ctx);
-  read_reply(fd, Op::prove, deadline, ctx, body);
+  channel.write_all(request.data(), request.size(), deadline, ctx);
+  read_reply(channel, Op::prove, deadline, ctx, body);
 }
 
-proto::ReplyHeader TcpStoreClient::read_reply(int fd, Op op, base::Deadline deadline,
+proto::ReplyHeader TcpStoreClient::read_reply(Channel& channel, Op op, base::Deadline deadline,
                                               const ErrorContext& ctx,
                                               StoreImpl::Bytes& body) const {
   const std::string& operation = ctx.operation;
   std::uint8_t head[proto::reply_header_bytes];
-  base::read_all(fd, head, sizeof head, deadline, ctx);
+  channel.read_all(head, sizeof head, deadline, ctx);
   const proto::ReplyHeader h = proto::decode_reply_header(head);
   if (h.magic != proto::magic) {
     char text[16];
@@ -858,7 +974,7 @@ proto::ReplyHeader TcpStoreClient::read_reply(int fd, Op op, base::Deadline dead
          "reply body of " + std::to_string(h.body_bytes) + " bytes to " + proto::to_string(op) +
              " exceeds the limit of " + std::to_string(limit));
   body.resize(h.body_bytes);
-  if (!body.empty()) base::read_all(fd, body.data(), body.size(), deadline, ctx);
+  if (!body.empty()) channel.read_all(body.data(), body.size(), deadline, ctx);
   if (status == Status::unauthenticated)
     fail(ErrorKind::auth, operation,
          "store at " + shown_ + " refused " + proto::to_string(op) + ": " +
@@ -870,22 +986,22 @@ proto::ReplyHeader TcpStoreClient::read_reply(int fd, Op op, base::Deadline dead
   return h;
 }
 
-base::Fd TcpStoreClient::acquire(base::Deadline deadline, const std::string& operation,
-                                 std::chrono::milliseconds timeout) {
+Channel TcpStoreClient::acquire(base::Deadline deadline, const std::string& operation,
+                                std::chrono::milliseconds timeout) {
   {
     const std::lock_guard lock(mutex_);
     if (!idle_.empty()) {
-      base::Fd fd = std::move(idle_.back());
+      Channel channel = std::move(idle_.back());
       idle_.pop_back();
-      return fd;
+      return channel;
     }
   }
   return connect(deadline, operation, timeout);
 }
 
-void TcpStoreClient::release(base::Fd fd) {
+void TcpStoreClient::release(Channel channel) {
   const std::lock_guard lock(mutex_);
-  if (idle_.size() < max_idle) idle_.push_back(std::move(fd));
+  if (idle_.size() < max_idle) idle_.push_back(std::move(channel));
 }
 
 StoreImpl::Bytes TcpStoreClient::call(Op op, const std::vector<std::string>& keys,
@@ -894,15 +1010,15 @@ StoreImpl::Bytes TcpStoreClient::call(Op op, const std::vector<std::string>& key
   const std::string operation = std::string("store.") + proto::to_string(op);
   const auto deadline = base::deadline_after(timeout);
   const std::string about = (keys.size() == 1 ? "key " : "keys ") + describe_keys(keys);
-  base::Fd fd = acquire(deadline, operation, timeout);
+  Channel channel = acquire(deadline, operation, timeout);
   const ErrorContext ctx = context(operation);
   proto::ReplyHeader h;
   StoreImpl::Bytes body;
   try {
     const auto prefix = proto::encode_request_prefix(op, keys, payload_bytes);
-    base::write_all(fd.get(), prefix.data(), prefix.size(), deadline, ctx);
-    if (payload_bytes > 0) base::write_all(fd.get(), payload, payload_bytes, deadline, ctx);
-    h = read_reply(fd.get(), op, deadline, ctx, body);
+    channel.write_all(prefix.data(), prefix.size(), deadline, ctx);
+    if (payload_bytes > 0) channel.write_all(payload, payload_bytes, deadline, ctx);
+    h = read_reply(channel, op, deadline, ctx, body);
     const std::uint32_t limit = proto::max_reply_body(op, static_cast<Status>(h.status), limits_);
     if (h.status == static_cast<std::uint8_t>(Status::ok) && (op == Op::add || op == Op::check) &&
         h.body_bytes != limit)
@@ -910,7 +1026,7 @@ StoreImpl::Bytes TcpStoreClient::call(Op op, const std::vector<std::string>& key
            "reply body of " + std::to_string(h.body_bytes) + " bytes to " + proto::to_string(op) +
                " (expected " + std::to_string(limit) + ")");
   } catch (const Error& e) {
-    // `fd` is closed on the way out: after a timeout its stream may still get a late reply.
+    // `channel` is closed on the way out: after a timeout its stream may still get a late reply.
     if (e.kind() != ErrorKind::timeout && e.kind() != ErrorKind::link) throw;
     if (e.kind() == ErrorKind::timeout) {
       const std::string within = " within " + std::to_string(timeout.count()) + " ms";
@@ -927,14 +1043,14 @@ StoreImpl::Bytes TcpStoreClient::call(Op op, const std::vector<std::string>& key
   }
   const auto status = static_cast<Status>(h.status);
   if (status == Status::bad_value) {
-    release(std::move(fd));
+    release(std::move(channel));
     fail(ErrorKind::usage, operation, std::string(body.begin(), body.end()));
   }
   if (status == Status::bad_request)
     fail(ErrorKind::protocol, operation,
          "store at " + shown_ + " rejected " + proto::to_string(op) + " of " + about + ": " +
              std::string(body.begin(), body.end()));
-  release(std::move(fd));
+  release(std::move(channel));
   return body;
 }
 

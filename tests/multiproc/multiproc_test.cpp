@@ -232,6 +232,14 @@ TEST(MultiprocKill, DuringHierarchicalAllreduceTwoHosts) {
 TEST(MultiprocKill, DuringAllreduceFourRanksTcp) {
   kill_one_rank(4, tcp_only, {}, "coll_kill");
 }
+// The same through TLS (ANVIEW_TLS=1): a dead peer's end of stream and the survivors' abort
+// frames pass through OpenSSL.
+TEST(MultiprocKill, TlsFourRanks) {
+  kill_one_rank(4, {"ANVIEW_TRANSPORTS=tcp", "ANVIEW_TLS=1"});
+}
+TEST(MultiprocKill, DuringAllreduceFourRanksTls) {
+  kill_one_rank(4, {"ANVIEW_TRANSPORTS=tcp", "ANVIEW_TLS=1"}, {}, "coll_kill");
+}
 
 // The victim dies while the survivors' reading from it is paused (unexpected-message budget
 // full). Over shm the ring holds what the budget does not (512 KiB), so the preload is sized

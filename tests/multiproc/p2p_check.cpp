@@ -19,6 +19,8 @@
 //                --preload BYTES: first flood the survivors with unreceived eager messages)
 //   stop         rank N-1 SIGSTOPs itself; survivors time out on it, then it is continued
 //   garbage      rank 0 sends garbage to the store port and every rank's data ports
+//   tls_garbage  the same against TLS ports (ANVIEW_TLS=1): plain text, a key from another
+//                secret, bad records, garbage inside a session with the job's key
 //   version      hellos with a foreign job id, wrong world size, ... get the right rejects
 //   idle         a rank blocked in a receive uses no CPU and wakes at once when the message comes
 //   coll_kill    rank N-1 dies during a loop of allreduces; every survivor fails fast naming it
@@ -71,6 +73,7 @@
 #include <vector>
 
 #include "anview/anview.hpp"
+#include "base/tls.hpp"
 #include "bootstrap/store_protocol.hpp"
 #include "collectives/reduce.hpp"
 #include "transport/frame.hpp"
@@ -1354,6 +1357,7 @@ class RawConn {
   }
 
   const std::string& name() const { return name_; }
+  int fd() const { return fd_; }
 
  private:
   int fd_ = -1;
@@ -1494,6 +1498,22 @@ void attack_round(Job& job, const Pattern& pattern, int& round, const std::strin
   traffic_round(job, pattern, round++);
 }
 
+// Random bytes (the first one 0xFF: no magic of ours, no TLS record) are dropped unanswered.
+void random_bytes_round(Job& job, const Pattern& pattern, int& round, std::mt19937_64& rng,
+                        const std::function<void()>& pump, const std::vector<Target>& targets,
+                        std::string& done) {
+  attack_round(
+      job, pattern, round, "random bytes",
+      [&](const Target&, RawConn& c, const std::string& what) {
+        Bytes b(300);
+        for (auto& x : b) x = static_cast<std::uint8_t>(rng());
+        b[0] = 0xFF;
+        c.send(b);
+        expect_dropped(c.read_until_close(drop_limit, pump), what);
+      },
+      targets, done);
+}
+
 std::string garbage(Job& job) {
   const Pattern pattern(job.seed(), eager_limit + 64);
   const int n = job.size();
@@ -1511,16 +1531,7 @@ std::string garbage(Job& job) {
   int round = 0;
   std::string done;
 
-  attack_round(
-      job, pattern, round, "random bytes",
-      [&](const Target&, RawConn& c, const std::string& what) {
-        Bytes b(300);
-        for (auto& x : b) x = static_cast<std::uint8_t>(rng());
-        b[0] = 0xFF;  // never the first byte of either magic
-        c.send(b);
-        expect_dropped(c.read_until_close(drop_limit, pump), what);
-      },
-      targets, done);
+  random_bytes_round(job, pattern, round, rng, pump, targets, done);
 
   attack_round(
       job, pattern, round, "wrong magic",
@@ -2503,6 +2514,134 @@ std::string p2p_stall(Job& job) {
   return "a receive waited 1.5 s for its message";
 }
 
+// Steps a TLS handshake on a raw connection until it is done or failed, driving `pump` (the
+// attacked port may be our own).
+anview::base::tls::Session::Step tls_handshake(anview::base::tls::Session& session, int fd,
+                                               const std::function<void()>& pump) {
+  using Step = anview::base::tls::Session::Step;
+  const auto end = Clock::now() + drop_limit;
+  for (;;) {
+    const Step step = session.handshake();
+    if (step == Step::done || step == Step::failed || Clock::now() >= end) return step;
+    pump();
+    pollfd p{fd, static_cast<short>(step == Step::want_write ? POLLOUT : POLLIN), 0};
+    ::poll(&p, 1, 2);
+  }
+}
+
+// Reads through the session until the peer closes or `drop_limit` passes: true when it closed
+// having sent no application data.
+bool tls_closed_silently(anview::base::tls::Session& session, int fd,
+                         const std::function<void()>& pump, std::size_t* got) {
+  const auto end = Clock::now() + drop_limit;
+  *got = 0;
+  while (Clock::now() < end) {
+    char chunk[4096];
+    const ssize_t n = session.read(chunk, sizeof chunk);
+    if (n > 0) *got += static_cast<std::size_t>(n);
+    if (n == 0 || (n < 0 && errno != EAGAIN)) return *got == 0;
+    pump();
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, 2);
+  }
+  return false;
+}
+
+std::string tls_garbage(Job& job) {
+  namespace tls = anview::base::tls;
+  const char* on = std::getenv("ANVIEW_TLS");
+  require(on != nullptr && std::string(on) == "1", "tls_garbage runs with ANVIEW_TLS=1");
+  const Pattern pattern(job.seed(), eager_limit + 64);
+  const int n = job.size();
+  std::vector<Target> targets;
+  if (job.rank() == 0) targets = all_targets(job);
+  job.barrier(n);
+  Communicator& comm = job.comm();
+  const std::function<void()> pump = [&comm] { comm.progress(); };
+  std::mt19937_64 rng(job.seed());
+  const auto random_bytes = [&rng](std::size_t size) {
+    Bytes b(size);
+    for (auto& x : b) x = static_cast<std::uint8_t>(rng());
+    return b;
+  };
+  int round = 0;
+  std::string done;
+
+  random_bytes_round(job, pattern, round, rng, pump, targets, done);
+
+  attack_round(
+      job, pattern, round, "plain text from an Anview peer without TLS",
+      [&](const Target& t, RawConn& c, const std::string& what) {
+        if (t.rank < 0) {
+          Bytes b = store_header(sp::magic, sp::version, 2, 0, 1, 5);  // get "k"
+          b.insert(b.end(), {1, 0, 0, 0, 'k'});
+          c.send(b);
+          expect_store_error(c.read_until_close(drop_limit, pump), sp::Status::bad_request, what);
+        } else {
+          Hello h;
+          h.job_id = job_id(job);
+          h.world_size = static_cast<std::uint32_t>(n);
+          c.send(h.encode());
+          expect_reject(c.read_until_close(drop_limit, pump), hs::RejectReason::tls, what);
+        }
+      },
+      targets, done);
+
+  attack_round(
+      job, pattern, round, "a TLS record header over garbage",
+      [&](const Target&, RawConn& c, const std::string& what) {
+        Bytes b = random_bytes(200);
+        b[0] = 0x16;
+        b[1] = 0x03;
+        b[2] = 0x01;
+        b[3] = 0x00;  // a 64-byte record, all there: no waiting for the rest of it
+        b[4] = 0x40;
+        c.send(b);
+        // Closed with at most a TLS alert (record type 21, 2 bytes of alert): nothing else.
+        const RawConn::Outcome o = c.read_until_close(drop_limit, pump);
+        require(o.end != RawConn::End::open, what, ": the connection was not closed within ",
+                drop_limit.count(), " ms");
+        require(o.reply.empty() || (o.reply.size() == 7 && o.reply[0] == 0x15), what,
+                ": expected no reply or a TLS alert, got ", o.reply.size(), " bytes");
+      },
+      targets, done);
+
+  const auto other_key = tls::Context::make({}, anview::base::auth::Secret("not the job's"));
+  attack_round(
+      job, pattern, round, "TLS with a key from another secret",
+      [&](const Target&, RawConn& c, const std::string& what) {
+        ::fcntl(c.fd(), F_SETFL, ::fcntl(c.fd(), F_GETFL) | O_NONBLOCK);
+        tls::Session session(*other_key, c.fd(), tls::Role::client);
+        const auto step = tls_handshake(session, c.fd(), pump);
+        require(step == tls::Session::Step::failed, what, ": the handshake did not fail");
+        c.read_until_close(drop_limit, pump);
+      },
+      targets, done);
+
+  const auto job_key =
+      tls::Context::from_environment(anview::base::auth::Secret::from_environment());
+  attack_round(
+      job, pattern, round, "garbage inside a TLS session with the job's key",
+      [&](const Target&, RawConn& c, const std::string& what) {
+        ::fcntl(c.fd(), F_SETFL, ::fcntl(c.fd(), F_GETFL) | O_NONBLOCK);
+        tls::Session session(*job_key, c.fd(), tls::Role::client);
+        const auto step = tls_handshake(session, c.fd(), pump);
+        require(step == tls::Session::Step::done, what,
+                ": the handshake failed: ", session.failure());
+        Bytes b = random_bytes(300);
+        b[0] = 0xFF;
+        require(session.write(b.data(), b.size()) == static_cast<ssize_t>(b.size()), what,
+                ": could not write through TLS");
+        std::size_t got = 0;
+        require(tls_closed_silently(session, c.fd(), pump, &got), what,
+                ": expected the connection closed without a reply, got ", got, " bytes");
+      },
+      targets, done);
+  job.leave(n);
+  return cat(targets.size(), " TLS ports (store + data) survived: ", done, "; ", round,
+             " rounds of traffic and store round-trips after them");
+}
+
 const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"stress", stress},
     {"wildcards", wildcards},
@@ -2512,6 +2651,7 @@ const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"kill", kill_rank},
     {"stop", stop},
     {"garbage", garbage},
+    {"tls_garbage", tls_garbage},
     {"version", version},
     {"idle", idle},
     {"slowloris", slowloris},
@@ -2529,7 +2669,7 @@ int usage(const std::string& why) {
                "usage: anview-run -n N anview_p2p_check SCENARIO [--seed S] [--result-dir DIR] "
                "[--preload BYTES] [--hosts K] [--deny-cma]\n"
                "scenarios: stress wildcards ordering outstanding timeout kill stop garbage "
-               "version slowloris idle\n",
+               "tls_garbage version slowloris idle\n",
                why.c_str());
   return 2;
 }

@@ -33,6 +33,7 @@
 
 #include "anview/anview.hpp"
 #include "base/config.hpp"
+#include "base/tls.hpp"
 #include "bootstrap/interfaces.hpp"
 #include "bootstrap/launch_env.hpp"
 #include "collectives/reduce.hpp"
@@ -155,7 +156,8 @@ json build_features() {
               {"assertions", assertions},
               {"transports", transports},
               {"reduce_kernels", std::string(anview::collectives::reduce_kernels_name())},
-              {"reduce_kernels_available", kernels}};
+              {"reduce_kernels_available", kernels},
+              {"tls", anview::base::tls::describe_configuration()}};
 }
 
 // ---- transports usable here ----
@@ -289,6 +291,7 @@ int print_info(const Options& o) {
   std::printf("  sanitizers      %s\n", sanitizers.empty() ? "none" : join(sanitizers).c_str());
   std::printf("  transports      %s\n",
               join(build["transports"].get<std::vector<std::string>>()).c_str());
+  std::printf("  tls             %s\n", build["tls"].get<std::string>().c_str());
   std::printf("  reduce kernels  %s (this CPU runs: %s; ANVIEW_CPU_KERNELS=%s)\n\n",
               build["reduce_kernels"].get<std::string>().c_str(),
               join(build["reduce_kernels_available"].get<std::vector<std::string>>()).c_str(),

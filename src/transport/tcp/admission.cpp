@@ -17,11 +17,6 @@ namespace {
 // How long the listener rests after accept() ran out of descriptors or memory.
 constexpr auto listener_pause = std::chrono::milliseconds(100);
 
-// Answers on a fresh socket: a handshake always fits its empty send buffer.
-bool send_handshake(int fd, const Handshake& h) {
-  return ::send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof h);
-}
-
 }  // namespace
 
 void TcpTransport::accept_pending() {
@@ -133,6 +128,12 @@ bool TcpTransport::replaces_path(const PeerLink& link, const PathFields& fields)
   return link.reliable && path.generation != 0 && newer(fields.generation, path.generation);
 }
 
+Handshake TcpTransport::plaintext_reject() const {
+  Handshake reject = reply_to(Handshake{}, HandshakeKind::reject);
+  reject.reason = RejectReason::tls;
+  return reject;
+}
+
 Handshake TcpTransport::reply_to(const Handshake& hello, HandshakeKind kind) const {
   Handshake reply;
   reply.kind = kind;
@@ -154,7 +155,7 @@ void TcpTransport::reject_accepted(Connection& conn, const Handshake& hello, Rej
   if (!foreign) {
     Handshake reject = reply_to(hello, HandshakeKind::reject);
     reject.reason = reason;
-    send_handshake(conn.fd(), reject);
+    conn.send_handshake(reject);
   }
   if (auto owned = take_accepting(conn)) drop_accepted(std::move(owned));
 }
@@ -186,7 +187,7 @@ void TcpTransport::on_hello(Connection& conn, const Handshake& hello) {
     ack.nonce = base::auth::fresh_nonce();
     ack.mac = accept_proof(secret_, hello, ack);
   }
-  if (!send_handshake(conn.fd(), ack)) {
+  if (!conn.send_handshake(ack)) {
     drops_.log("tcp", "tcp: could not answer the hello of rank " + std::to_string(hello.rank) +
                           " from " + conn.remote() + ": " + base::errno_text(errno));
     if (auto owned = take_accepting(conn)) drop_accepted(std::move(owned));
@@ -223,7 +224,7 @@ void TcpTransport::on_proof(Connection& conn, const Handshake& proof) {
   Handshake admitted = conn.ack();
   admitted.kind = HandshakeKind::admitted;
   admitted.mac = {};
-  if (!send_handshake(conn.fd(), admitted)) {
+  if (!conn.send_handshake(admitted)) {
     base::log("tcp", base::LogLevel::warn, "tcp: could not admit rank ", hello.rank, " from ",
               conn.remote(), ": ", base::errno_text(errno));
     if (auto owned = take_accepting(conn)) drop_accepted(std::move(owned));
@@ -317,7 +318,7 @@ void TcpTransport::on_ack(Connection& conn, const Handshake& reply) {
     proof.kind = HandshakeKind::proof;
     proof.rank = static_cast<std::uint32_t>(context_.rank);
     proof.mac = connect_proof(secret_, conn.hello(), reply);
-    if (send_handshake(conn.fd(), proof)) {
+    if (conn.send_handshake(proof)) {
       conn.await_admission(reply);
       return;
     }

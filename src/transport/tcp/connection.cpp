@@ -47,6 +47,15 @@ Connection::Connection(TcpTransport& owner, base::Fd fd, State state, int peer, 
   base::set_nonblocking(fd_.get(), true);
   base::set_nodelay(fd_.get());
   if (hello != nullptr) hello_ = *hello;
+  if (const base::tls::Context* tls = owner_.tls()) {
+    const bool client = state_ == State::connecting;
+    tls_ = std::make_unique<base::tls::Session>(
+        *tls, fd_.get(), client ? base::tls::Role::client : base::tls::Role::server);
+    if (!client) {
+      after_securing_ = state_;
+      state_ = State::securing;
+    }
+  }
   if (state_ == State::connecting) interest_ = EPOLLOUT;
   owner_.engine().add_fd(fd_.get(), interest_, this);
   remote_ = state_ == State::connecting ? remote : base::remote_address(fd_.get()).to_string();
@@ -60,13 +69,84 @@ void Connection::finish_connect() {
     fail(ErrorKind::link, "connect() to " + remote_ + " failed", err);
     return;
   }
-  if (::send(fd_.get(), &hello_, sizeof hello_, MSG_NOSIGNAL | MSG_DONTWAIT) !=
-      static_cast<ssize_t>(sizeof hello_)) {
+  if (tls_) {
+    state_ = State::securing;
+    after_securing_ = State::awaiting_ack;
+    continue_securing();
+    return;
+  }
+  if (!send_handshake(hello_)) {
     fail(ErrorKind::link, "could not send the hello to " + remote_, errno);
     return;
   }
   state_ = State::awaiting_ack;
   update_interest();
+}
+
+void Connection::continue_securing() {
+  switch (tls_->handshake()) {
+    case base::tls::Session::Step::want_read:
+    case base::tls::Session::Step::want_write:
+      want_write_ = tls_->wants_write();
+      reading_ = !want_write_;
+      update_interest();
+      return;
+    case base::tls::Session::Step::failed:
+      if (tls_->plaintext_peer()) {
+        // An Anview peer without TLS: tell it in its own protocol, so its error names the
+        // cause. Other plain text (garbage, a scanner) gets no answer.
+        std::uint32_t magic = 0;
+        if (::recv(fd_.get(), &magic, sizeof magic, MSG_PEEK | MSG_DONTWAIT) ==
+                static_cast<ssize_t>(sizeof magic) &&
+            magic == handshake_magic) {
+          // Its hello is read first: a close with unread data would reset the connection
+          // and could lose the reject.
+          Handshake hello;
+          [[maybe_unused]] const ssize_t got =
+              ::recv(fd_.get(), &hello, sizeof hello, MSG_DONTWAIT);
+          const Handshake reject = owner_.plaintext_reject();
+          [[maybe_unused]] const ssize_t n =
+              ::send(fd_.get(), &reject, sizeof reject, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
+      }
+      fail(ErrorKind::auth, tls_->failure());
+      return;
+    case base::tls::Session::Step::done:
+      break;
+  }
+  state_ = after_securing_;
+  want_write_ = false;
+  reading_ = true;
+  if (state_ == State::awaiting_ack && !send_handshake(hello_)) {
+    fail(ErrorKind::link, "could not send the hello to " + remote_, errno);
+    return;
+  }
+  update_interest();
+  read_available();  // what arrived with the handshake's last record
+}
+
+bool Connection::send_handshake(const Handshake& h) {
+  const ssize_t n = tls_ ? tls_->write(&h, sizeof h)
+                         : ::send(fd_.get(), &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n == static_cast<ssize_t>(sizeof h)) return true;
+  if (n >= 0) errno = EAGAIN;
+  return false;
+}
+
+ssize_t Connection::receive(void* data, std::size_t bytes) {
+  return tls_ ? tls_->read(data, bytes) : ::recv(fd_.get(), data, bytes, 0);
+}
+
+ssize_t Connection::receive(iovec* iov, int count) {
+  return tls_ ? tls_->readv(iov, count) : ::readv(fd_.get(), iov, count);
+}
+
+ssize_t Connection::transmit(iovec* iov, int count) {
+  if (tls_) return tls_->writev(iov, count);
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = static_cast<std::size_t>(count);
+  return ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void Connection::set_credit(std::uint64_t limit) {
@@ -118,7 +198,8 @@ Connection::~Connection() {
 
 std::string Connection::describe() const {
   if (!fd_.valid()) return "closed, was " + remote_;
-  return base::local_address(fd_.get()).to_string() + " <-> " + remote_;
+  return base::local_address(fd_.get()).to_string() + " <-> " + remote_ +
+         (tls_ ? " (" + tls_->describe() + ")" : "");
 }
 
 void Connection::set_established(int peer, int stream) {
@@ -131,6 +212,10 @@ void Connection::on_fd_events(std::uint32_t events) {
   if (state_ == State::closed) return;
   if (state_ == State::connecting) {
     if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) finish_connect();
+    return;
+  }
+  if (state_ == State::securing) {
+    continue_securing();
     return;
   }
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) {
@@ -162,8 +247,11 @@ void Connection::update_interest() {
 
 bool Connection::try_send_now(const WireHeader& header) {
   if (!sendq_.empty() || state_ != State::established) return false;
-  const ssize_t n = ::send(fd_.get(), &header, header_bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (n != static_cast<ssize_t>(header_bytes)) return false;  // no partial write of 32 bytes
+  // Through TLS: one record, out whole or held by OpenSSL (harmless: the link closes next).
+  if (tls_ && tls_->write_stalled()) return false;
+  const ssize_t n = tls_ ? tls_->write(&header, header_bytes)
+                         : ::send(fd_.get(), &header, header_bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n != static_cast<ssize_t>(header_bytes)) return false;  // no partial write of 40 bytes
   bytes_sent_ += header_bytes;
   return true;
 }
@@ -177,8 +265,9 @@ void Connection::queue_send(const WireHeader& header, const void* payload, SendD
     // The transport's own frames (credit, acknowledgements) pass the p2p frames waiting for
     // credit: behind the frame being written and earlier frames of their kind. Otherwise two
     // ranks could each hold the other's credit behind data that waits for it.
+    // A TLS record of the first frame that did not go out whole started it too.
     auto at = sendq_.begin();
-    if (at != sendq_.end() && at->sent > 0) ++at;
+    if (at != sendq_.end() && (at->sent > 0 || (tls_ && tls_->write_stalled()))) ++at;
     while (at != sendq_.end() && !counts_for_credit(at->header)) ++at;
     sendq_.insert(at, std::move(p));
     ++uncounted_queued_;
@@ -225,14 +314,15 @@ void Connection::flush() {
       blocked = true;
       break;
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<std::size_t>(count);
-    const ssize_t n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = transmit(iov, count);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      fail(ErrorKind::peer_lost, "sendmsg() failed", errno);
+      if (errno == EPROTO && tls_) {
+        fail(ErrorKind::protocol, tls_->failure());
+      } else {
+        fail(ErrorKind::peer_lost, "sendmsg() failed", errno);
+      }
       break;
     }
     std::size_t left = static_cast<std::size_t>(n);
@@ -255,6 +345,7 @@ void Connection::flush() {
   want_write_ = !sendq_.empty() && state_ != State::closed && !blocked;
   update_interest();
   if (sendq_.empty() && half_close_pending_ && state_ != State::closed) {
+    if (tls_) tls_->close_notify();
     ::shutdown(fd_.get(), SHUT_WR);
     half_close_pending_ = false;
   }
@@ -266,6 +357,7 @@ void Connection::flush() {
 void Connection::half_close() {
   half_close_pending_ = true;
   if (sendq_.empty() && state_ != State::closed) {
+    if (tls_) tls_->close_notify();
     ::shutdown(fd_.get(), SHUT_WR);
     half_close_pending_ = false;
   }
@@ -355,7 +447,7 @@ bool Connection::read_handshake() {
         want = sizeof(Handshake);
     }
     if (rx_tail_ >= want) break;
-    const ssize_t n = ::recv(fd_.get(), rx_.get() + rx_tail_, want - rx_tail_, 0);
+    const ssize_t n = receive(rx_.get() + rx_tail_, want - rx_tail_);
     if (n > 0) {
       rx_tail_ += static_cast<std::size_t>(n);
     } else if (n == 0) {
@@ -363,6 +455,9 @@ bool Connection::read_handshake() {
            "connection closed during the handshake after " + std::to_string(rx_tail_) + " bytes");
       return false;
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return false;
+    } else if (errno == EPROTO && tls_) {
+      fail(ErrorKind::protocol, tls_->failure());
       return false;
     } else if (errno != EINTR) {
       fail(ErrorKind::link, "recv() during the handshake", errno);
@@ -411,10 +506,11 @@ bool Connection::read_frames() {
         if (granted_ > 0)
           wake = std::min<std::size_t>(
               wake, granted_ > credited_received_ ? granted_ - credited_received_ : 1);
-        if (max_low_watermark() > 1) set_low_watermark(std::max<std::size_t>(wake, 1));
+        // (Not through TLS: OpenSSL may hold part of the payload's last record already.)
+        if (max_low_watermark() > 1 && !tls_) set_low_watermark(std::max<std::size_t>(wake, 1));
         return true;
       }
-      const ssize_t n = ::readv(fd_.get(), iov, 2);
+      const ssize_t n = receive(iov, 2);
       if (n > 0) {
         const auto got = static_cast<std::size_t>(n);
         bytes_received_ += got;
@@ -438,7 +534,11 @@ bool Connection::read_frames() {
       }
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
       if (errno == EINTR) continue;
-      fail(ErrorKind::peer_lost, "readv() failed", errno);
+      if (errno == EPROTO && tls_) {
+        fail(ErrorKind::protocol, tls_->failure());
+      } else {
+        fail(ErrorKind::peer_lost, "readv() failed", errno);
+      }
       return false;
     }
     if (buffered >= header_bytes) {
@@ -454,7 +554,7 @@ bool Connection::read_frames() {
       set_low_watermark(1);  // a header may be all that comes
       return true;
     }
-    const ssize_t n = ::recv(fd_.get(), rx_.get() + rx_tail_, rx_capacity - rx_tail_, 0);
+    const ssize_t n = receive(rx_.get() + rx_tail_, rx_capacity - rx_tail_);
     if (n > 0) {
       // A short read emptied the socket: parse what we have and wait for the next readiness
       // event (epoll is level-triggered) instead of paying a recv() that says EAGAIN.
@@ -478,7 +578,11 @@ bool Connection::read_frames() {
     }
     if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
     if (errno == EINTR) continue;
-    fail(ErrorKind::peer_lost, "recv() failed", errno);
+    if (errno == EPROTO && tls_) {
+      fail(ErrorKind::protocol, tls_->failure());
+    } else {
+      fail(ErrorKind::peer_lost, "recv() failed", errno);
+    }
     return false;
   }
   return false;

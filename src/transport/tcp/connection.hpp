@@ -13,6 +13,7 @@
 
 #include "base/progress_engine.hpp"
 #include "base/socket.hpp"
+#include "base/tls.hpp"
 #include "transport/tcp/handshake.hpp"
 #include "transport/transport.hpp"
 
@@ -56,8 +57,11 @@ class Connection final : public base::FdHandler {
   // In a job with a secret, awaiting_proof: the accepting side sent its challenge (the ack)
   // and reads nothing else before the connecting side's proof; awaiting_admission: the
   // connecting side sent its proof and waits to be admitted.
+  // With TLS (ANVIEW_TLS=1), `securing` runs the TLS handshake first: after the connect on
+  // the connecting side (then the hello goes out), before the hello on the accepting side.
   enum class State {
     connecting,
+    securing,
     awaiting_hello,
     awaiting_ack,
     awaiting_proof,
@@ -67,7 +71,8 @@ class Connection final : public base::FdHandler {
   };
 
   // Takes ownership of a non-blocking socket and registers it with the engine. A `connecting`
-  // socket (a connect in progress) sends `hello` once connected, then awaits the ack.
+  // socket (a connect in progress) sends `hello` once connected, then awaits the ack. With the
+  // owner's TLS context, everything goes through a TLS session.
   Connection(TcpTransport& owner, base::Fd fd, State state, int peer, int stream, int path = 0,
              const Handshake* hello = nullptr, const std::string& remote = {});
   // Largest SO_RCVLOWAT used while a payload is arriving (ANVIEW_TCP_RCVLOWAT; 0: off).
@@ -149,6 +154,9 @@ class Connection final : public base::FdHandler {
   // is queued and the socket takes it whole; false otherwise (nothing was written).
   bool try_send_now(const WireHeader& header);
   bool eof() const { return eof_; }
+  // Sends a handshake whole at once (a fresh connection's buffer takes it); false otherwise.
+  bool send_handshake(const Handshake& h);
+  bool encrypted() const { return tls_ != nullptr; }
   // The peer sent its goodbye on this stream: its end of stream is a clean departure.
   void mark_goodbye() { goodbye_ = true; }
   bool goodbye_received() const { return goodbye_; }
@@ -165,6 +173,11 @@ class Connection final : public base::FdHandler {
 
   void update_interest();
   void finish_connect();
+  void continue_securing();
+  // recv/readv/sendmsg on the socket, or through the TLS session.
+  ssize_t receive(void* data, std::size_t bytes);
+  ssize_t receive(iovec* iov, int count);
+  ssize_t transmit(iovec* iov, int count);
   void flush();
   void read_available();
   bool read_handshake();
@@ -197,6 +210,8 @@ class Connection final : public base::FdHandler {
   bool must_accept_ = false;
   std::uint32_t interest_ = EPOLLIN | EPOLLRDHUP;  // the events registered with epoll
   std::string remote_;  // the peer's address, kept for messages after a reset
+  std::unique_ptr<base::tls::Session> tls_;
+  State after_securing_ = State::awaiting_hello;
 
   std::deque<Pending> sendq_;
   std::size_t queued_bytes_ = 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/tls.hpp"
+
 namespace anview::transport::tcp {
 
 const char* to_string(RejectReason reason) {
@@ -24,6 +26,8 @@ const char* to_string(RejectReason reason) {
       return "peer is shutting down";
     case RejectReason::auth:
       return "job secret mismatch (ANVIEW_SECRET is set on one side only)";
+    case RejectReason::tls:
+      return "it requires TLS (ANVIEW_TLS=1 there, not here: set it on every rank, or on none)";
   }
   return "unknown reason";
 }
@@ -79,7 +83,10 @@ RejectReason check_hello(const Handshake& hello, const HandshakeExpectation& exp
                          bool* foreign, std::string* why) {
   *foreign = hello.magic != handshake_magic;
   if (*foreign) {
-    *why = "not an Anview peer (bad magic)";
+    *why = base::tls::looks_like_tls(&hello, handshake_prefix_bytes)
+               ? "the peer speaks TLS (ANVIEW_TLS=1 there, not here: set it on every rank, or "
+                 "on none)"
+               : "not an Anview peer (bad magic)";
     return RejectReason::version;
   }
   if (hello.version != protocol_version) {

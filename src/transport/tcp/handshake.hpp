@@ -41,6 +41,7 @@ enum class RejectReason : std::uint32_t {
   duplicate = 6,   // this (rank, stream) is already connected
   closing = 7,     // this rank is shutting down
   auth = 8,        // one side has a job secret and the other has none
+  tls = 9,         // this side uses TLS (ANVIEW_TLS=1) and the other does not; sent in plain
 };
 
 struct Handshake {

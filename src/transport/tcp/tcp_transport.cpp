@@ -117,7 +117,8 @@ TcpTransport::TcpTransport(const TransportContext& context)
       max_frame_(base::limits::max_frame_bytes()),
       handshake_timeout_(base::limits::handshake_timeout()),
       max_pending_(base::limits::max_pending_connections()),
-      secret_(base::auth::Secret::from_environment()) {
+      secret_(base::auth::Secret::from_environment()),
+      tls_(base::tls::Context::from_environment(secret_)) {
   if (stream_count_ < 1 || stream_count_ > 64) {
     throw Error(ErrorKind::usage,
                 {.rank = context_.rank,
@@ -148,7 +149,11 @@ TcpTransport::TcpTransport(const TransportContext& context)
   const bool reachable = std::any_of(published_.begin(), published_.end(),
                                      [](const std::string& a) { return !is_loopback(a); });
   static std::atomic<bool> warned{false};
-  if (secret_.empty() && reachable && !warned.exchange(true)) {
+  static std::atomic<bool> told_tls{false};
+  if (tls_ && !told_tls.exchange(true))
+    base::log("tcp", base::LogLevel::info,
+              "tcp: every connection is encrypted: ", tls_->describe());
+  if (secret_.empty() && !tls_ && reachable && !warned.exchange(true)) {
     base::log("tcp", base::LogLevel::warn, "tcp: listening on port ", port_,
               " of every interface with no job secret: any process that reaches it can try to "
               "join the job. Set ANVIEW_SECRET on every rank (anview-run does it for each job); "
@@ -286,9 +291,17 @@ void TcpTransport::connect(const std::vector<PeerInfo>& peers) {
       base::Fd fd = base::connect_tcp(addr, deadline, ctx, local ? &*local : nullptr);
       configure_socket(fd.get());
       const Handshake hello = make_hello(link, s, 0, first.generation);
-      base::write_all(fd.get(), &hello, sizeof hello, deadline, ctx);
-      first.streams[static_cast<std::size_t>(s)] = std::make_unique<Connection>(
-          *this, std::move(fd), Connection::State::awaiting_ack, peer.rank, s, 0, &hello);
+      if (tls_) {
+        // The TLS handshake, then the hello, go on in the progress engine: it sees the
+        // connected socket writable at once.
+        first.streams[static_cast<std::size_t>(s)] =
+            std::make_unique<Connection>(*this, std::move(fd), Connection::State::connecting,
+                                         peer.rank, s, 0, &hello, first.plan.remote);
+      } else {
+        base::write_all(fd.get(), &hello, sizeof hello, deadline, ctx);
+        first.streams[static_cast<std::size_t>(s)] = std::make_unique<Connection>(
+            *this, std::move(fd), Connection::State::awaiting_ack, peer.rank, s, 0, &hello);
+      }
       first.streams[static_cast<std::size_t>(s)]->set_generation(first.generation);
     }
   }
@@ -501,8 +514,8 @@ void TcpTransport::deliver_frame_done(Connection& conn, const WireHeader& wire, 
 void TcpTransport::on_connection_error(Connection& conn, const Error& error) {
   if (conn.peer() < 0 || conn.state() == Connection::State::awaiting_hello) {
     // Not one of our peers yet: garbage, a port scanner, a foreign program. Drop it.
-    base::log("tcp", base::LogLevel::warn, "tcp: dropped a connection from ", conn.remote(),
-              " before its handshake: ", error.cause());
+    drops_.log("tcp", "tcp: dropped a connection from " + conn.remote() +
+                          " before its handshake: " + error.cause());
     if (auto owned = take_accepting(conn)) drop_accepted(std::move(owned));
     return;
   }

@@ -70,7 +70,10 @@ class TcpTransport final : public Transport, private base::FdHandler {
   void on_read_idle(Connection& conn);    // it read what the socket had
   void want_resume(Connection& conn);
   base::ProgressEngine& engine() { return *context_.engine; }
-  std::uint32_t max_frame() const { return max_frame_; }  // ANVIEW_MAX_FRAME
+  std::uint32_t max_frame() const { return max_frame_; }        // ANVIEW_MAX_FRAME
+  const base::tls::Context* tls() const { return tls_.get(); }  // null without ANVIEW_TLS
+  // The reject a TLS listener sends in plain text to a peer without TLS.
+  Handshake plaintext_reject() const;
   ErrorContext error_context(int peer, const std::string& operation) const;
 
   // A same-host peer's process ended: read its streams to the end, past any budget (a
@@ -239,7 +242,8 @@ class TcpTransport final : public Transport, private base::FdHandler {
   std::vector<std::string> published_;  // our addresses, "ip:port"
   std::vector<LocalAddress> local_addresses_;
   std::vector<PeerLink> peers_;
-  base::auth::Secret secret_;  // the job's secret (ANVIEW_SECRET); empty: none
+  base::auth::Secret secret_;                      // the job's secret (ANVIEW_SECRET); empty: none
+  std::shared_ptr<const base::tls::Context> tls_;  // ANVIEW_TLS=1; null: plain TCP
   base::auth::FailureLog auth_failures_;
   std::vector<std::unique_ptr<Connection>> accepting_;  // waiting for a hello or a proof
   std::vector<base::Deadline> accepting_deadlines_;
