@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_store_protocol fuzz_tcp_handshake fuzz_shm_ring fuzz_config)
+((${#targets[@]})) || targets=(fuzz_store_protocol fuzz_tcp_handshake fuzz_shm_ring fuzz_config
+  fuzz_p2p_frames)
 
 echo "=== fuzz.sh: building build-fuzz (clang, libFuzzer, ASan+UBSan)"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \

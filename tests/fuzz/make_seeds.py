@@ -124,3 +124,42 @@ config = {
 }
 for name, data in config.items():
     write("fuzz_config", name, data)
+
+
+# --- p2p frames from rank 1 (fuzz_p2p_frames.cpp): opcodes 0 irecv, 1 frame, 2 isend, 3 progress
+def irecv(tag, capacity, any_source=False):
+    return bytes([0, 1 if any_source else 0, tag]) + struct.pack("<H", capacity)
+
+
+def frame(ftype, tag=0, ours=None, fid=0, arg=0, payload=b"", flags=0, defer=0, announced=None):
+    pick = bytes([ours]) if ours is not None else b"\xff" + struct.pack("<Q", fid)
+    size = len(payload) if announced is None else announced
+    return (bytes([1, ftype, flags, tag]) + pick + struct.pack("<QH", arg, size) + bytes([defer])
+            + payload)
+
+
+def isend(tag, size, shift=0):
+    return bytes([2, tag]) + struct.pack("<H", size) + bytes([shift])
+
+
+PROGRESS = b"\x03"
+p2p = {
+    # An eager message matched by a posted receive, and one that arrives unexpected first.
+    "eager-matched": irecv(1, 100) + frame(1, tag=1, payload=b"hello") + PROGRESS,
+    "eager-unexpected": frame(1, tag=2, payload=b"early") + irecv(2, 8, True) + PROGRESS,
+    "eager-too-big": irecv(1, 4) + frame(1, tag=1, payload=b"too long") + PROGRESS,
+    # A rendezvous from rank 1: RTS, then data frames into our request (id of request 0).
+    "rendezvous-in": irecv(3, 4096) + frame(2, tag=3, fid=9, arg=4096) +
+                     frame(4, ours=0, arg=0, payload=b"a" * 2048) +
+                     frame(4, ours=0, arg=2048, payload=b"b" * 2048) + PROGRESS,
+    "rendezvous-overrun": irecv(3, 1000) + frame(2, tag=3, fid=9, arg=1000) +
+                          frame(4, ours=0, arg=900, payload=b"c" * 200) + PROGRESS,
+    # Our rendezvous send (128 KiB) answered by a CTS naming it, then a reject.
+    "cts-for-our-send": isend(1, 0x8000, 2) + frame(3, ours=0, arg=5) + PROGRESS,
+    "cts-reject": isend(1, 0x8000, 2) + frame(3, ours=0, arg=10, flags=1) + PROGRESS,
+    "cts-unknown-id": frame(3, fid=12345, arg=1) + PROGRESS,
+    "unknown-type": frame(5, payload=b"???") + PROGRESS,
+    "deferred": irecv(0, 16) + frame(1, tag=1, payload=b"x" * 50, defer=1) + PROGRESS,
+}
+for name, data in p2p.items():
+    write("fuzz_p2p_frames", name, data)
