@@ -163,3 +163,29 @@ p2p = {
 }
 for name, data in p2p.items():
     write("fuzz_p2p_frames", name, data)
+
+
+# --- the TCP stream after the handshake (fuzz_tcp_stream.cpp): [flags] then wire frames -----
+def wire(ftype, seq=0, payload=b"", tag=0, fid=0, arg=0, flags=0, reserved=0, announced=None):
+    size = len(payload) if announced is None else announced
+    return struct.pack("<QBBHIQQQ", seq, ftype, flags, reserved, size, tag, fid, arg) + payload
+
+
+eager = [wire(1, seq=i + 1, payload=bytes([i]) * (i * 5), tag=i) for i in range(4)]
+stream = {
+    "eager-frames": b"\x00" + b"".join(eager),
+    "eager-in-pieces": b"\x02" + b"".join(eager),
+    "goodbye": b"\x00" + eager[1] + wire(0xF0),
+    "abort": b"\x00" + wire(0xF1, arg=3),
+    "ack": b"\x00" + eager[2] + wire(0xF2, tag=1, fid=0),
+    "path-down": b"\x00" + wire(0xF3, arg=0, tag=1) + eager[3],
+    "keepalive": b"\x00" + wire(0xF4) + wire(0xF4),
+    "credit": b"\x01" + wire(0xF5, arg=1 << 20, tag=0, fid=0) + eager[1],
+    "oversized": b"\x00" + wire(1, seq=1, announced=(1 << 20) + 1),
+    "reserved": b"\x00" + wire(1, seq=1, reserved=7, payload=b"x"),
+    "truncated-header": b"\x00" + wire(1, seq=1, payload=b"abc")[:20],
+    "truncated-payload": b"\x00" + wire(1, seq=1, announced=1000, payload=b"y" * 10),
+    "sequence-gap": b"\x00" + wire(1, seq=5, payload=b"z") + wire(1, seq=2, payload=b"w"),
+}
+for name, data in stream.items():
+    write("fuzz_tcp_stream", name, data)

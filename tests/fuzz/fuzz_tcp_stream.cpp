@@ -1,0 +1,146 @@
+// The TCP transport's stream after the handshake (transport/tcp): Connection's frame reader
+// (sequence number and frame header, payload straight into the landing) and what the transport
+// does with each frame, its own included (acknowledgements, credit, path changes, keep-alives,
+// goodbye, abort). A peer of the job can send anything there once admitted. Rank 1's real
+// transport listens on loopback; a raw rank 0 does the handshake by hand, then writes the
+// input as its stream and ends it. Every frame handed to the sink must get a landing of its
+// size (ASan checks it) and come back done in that landing (unless the stream ends inside
+// it); once the stream ends the link must be reported failed (or left, after a goodbye)
+// within a second: no crash, no hang.
+// Input: a flags byte (bit 0: the hello grants credit; bits 1-3: the stream is written in
+// pieces of 2^(bits) * 7 bytes, 0: at once), then the stream's bytes.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "base/progress_engine.hpp"
+#include "base/socket.hpp"
+#include "check.hpp"
+#include "transport/tcp/handshake.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+namespace tcp = anview::transport::tcp;
+namespace transport = anview::transport;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::uint64_t job_id = 42;
+
+struct Sink final : transport::FrameSink {
+  std::vector<char> landing;  // exactly the frame's payload
+  bool in_frame = false;
+  bool failed = false;
+
+  transport::Landing on_frame(int peer, const transport::FrameHeader& h, bool) override {
+    FUZZ_CHECK(peer == 0);
+    FUZZ_CHECK(!in_frame);
+    landing.assign(h.payload_bytes, 0);
+    in_frame = true;
+    return {.data = landing.data(), .defer = false};
+  }
+  void on_frame_done(int peer, const transport::FrameHeader& h, void* data) override {
+    FUZZ_CHECK(peer == 0 && in_frame);
+    FUZZ_CHECK(h.payload_bytes == landing.size());
+    FUZZ_CHECK(data == landing.data() || (h.payload_bytes == 0 && data == nullptr));
+    in_frame = false;
+  }
+  void on_peer_failed(int peer, const anview::Error&, bool) override {
+    FUZZ_CHECK(peer == 0);
+    failed = true;
+  }
+};
+
+// Sends all of `bytes`, driving the engine while the socket is full.
+void send_all(int fd, const std::uint8_t* bytes, std::size_t size, anview::base::ProgressEngine& e,
+              const Sink& sink) {
+  const auto end = Clock::now() + std::chrono::seconds(2);
+  while (size > 0 && !sink.failed && Clock::now() < end) {
+    const ssize_t n = ::send(fd, bytes, size, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      bytes += n;
+      size -= static_cast<std::size_t>(n);
+    } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+      return;  // the transport closed the stream: it found something wrong
+    }
+    e.poll(0);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  ::setenv("ANVIEW_TCP_STREAMS", "1", 1);
+  ::setenv("ANVIEW_IFACES", "lo", 1);
+  ::setenv("ANVIEW_MAX_FRAME", "1M", 1);  // bounds what a frame header can make us hold
+  ::setenv("ANVIEW_LOG_LEVEL", "error", 0);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const int initialized = LLVMFuzzerInitialize(nullptr, nullptr);
+  (void)initialized;
+  if (size < 1) return 0;
+  const bool grants_credit = (data[0] & 1) != 0;
+  const std::size_t piece = (data[0] >> 1 & 7) == 0 ? size : std::size_t{7} << (data[0] >> 1 & 7);
+  anview::base::ProgressEngine engine;
+  Sink sink;
+  const transport::TransportContext context{.rank = 1,
+                                            .world_size = 2,
+                                            .job_id = job_id,
+                                            .host_id = "fuzz",
+                                            .timeout = std::chrono::seconds(2),
+                                            .engine = &engine,
+                                            .sink = &sink};
+  tcp::TcpTransport rank1(context);
+  transport::PeerInfo self;
+  self.rank = 1;
+  self.host_id = "fuzz";
+  rank1.describe_self(self);
+  FUZZ_CHECK(!self.tcp_addresses.empty());
+  rank1.connect({transport::PeerInfo{.rank = 0, .host_id = "fuzz"}});
+
+  // Rank 0, by hand: connect, hello, ack.
+  const std::string& address = self.tcp_addresses.front();
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port =
+      htons(static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  anview::base::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  FUZZ_CHECK(::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+  tcp::Handshake hello;
+  hello.job_id = job_id;
+  hello.rank = 0;
+  hello.world_size = 2;
+  hello.stream = 0;
+  hello.stream_count = 1;
+  tcp::set_path_fields(
+      hello, {.path = 0, .path_count = 1, .grants_credit = grants_credit, .generation = 1});
+  FUZZ_CHECK(::send(fd.get(), &hello, sizeof hello, MSG_NOSIGNAL) == sizeof hello);
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (!rank1.ready() && Clock::now() < deadline) engine.poll(1);
+  FUZZ_CHECK(rank1.ready());
+  tcp::Handshake ack;
+  FUZZ_CHECK(::recv(fd.get(), &ack, sizeof ack, MSG_WAITALL) == sizeof ack);
+  FUZZ_CHECK(ack.kind == tcp::HandshakeKind::ack);
+
+  // The stream, in pieces, then its end.
+  for (std::size_t at = 1; at < size && !sink.failed; at += piece)
+    send_all(fd.get(), data + at, std::min(piece, size - at), engine, sink);
+  ::shutdown(fd.get(), SHUT_WR);
+  const auto end = Clock::now() + std::chrono::seconds(1);
+  while (!sink.failed && Clock::now() < end) engine.poll(1);
+  FUZZ_CHECK(sink.failed);
+  return 0;
+}
