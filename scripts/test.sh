@@ -4,7 +4,8 @@
 #      Python package and PyTorch backend with pytest);
 #   2. ASan+UBSan build, every test;
 #   3. TSan build of the unit tests (the threaded core: thread-per-rank communicators);
-#   4. the fuzz targets with clang's libFuzzer, 45 s each (scripts/fuzz.sh).
+#   4. the fuzz targets with clang's libFuzzer, 30 s each (scripts/fuzz.sh; six targets, two
+#      at a time: 90 s, which keeps the whole run under 30 minutes on a 2-core machine).
 # Tests run one at a time: the multi-process tests start several ranks each, and a 2-core
 # machine has no room for two of them at once.
 set -euo pipefail
@@ -26,7 +27,7 @@ ANVIEW_LOG_LEVEL=error TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   build-tsan/bin/anview_unit_tests --gtest_brief=1
 
 echo "=== test.sh: fuzz targets (libFuzzer)"
-./scripts/fuzz.sh 45
+./scripts/fuzz.sh 30
 
 configure_and_build build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIEW_SANITIZE=address
 echo "=== test.sh: every test under ASan+UBSan"
