@@ -9,9 +9,6 @@
 // within a second: no crash, no hang.
 // Input: a flags byte (bit 0: the hello grants credit; bits 1-3: the stream is written in
 // pieces of 2^(bits) * 7 bytes, 0: at once), then the stream's bytes.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,19 +20,14 @@
 #include <string>
 #include <vector>
 
-#include "base/progress_engine.hpp"
-#include "base/socket.hpp"
+#include "../support/tcp_rank_one.hpp"
 #include "check.hpp"
-#include "transport/tcp/handshake.hpp"
-#include "transport/tcp/tcp_transport.hpp"
 
 namespace tcp = anview::transport::tcp;
 namespace transport = anview::transport;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-constexpr std::uint64_t job_id = 42;
 
 struct Sink final : transport::FrameSink {
   std::vector<char> landing;  // exactly the frame's payload
@@ -93,44 +85,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size < 1) return 0;
   const bool grants_credit = (data[0] & 1) != 0;
   const std::size_t piece = (data[0] >> 1 & 7) == 0 ? size : std::size_t{7} << (data[0] >> 1 & 7);
-  anview::base::ProgressEngine engine;
   Sink sink;
-  const transport::TransportContext context{.rank = 1,
-                                            .world_size = 2,
-                                            .job_id = job_id,
-                                            .host_id = "fuzz",
-                                            .timeout = std::chrono::seconds(2),
-                                            .engine = &engine,
-                                            .sink = &sink};
-  tcp::TcpTransport rank1(context);
-  transport::PeerInfo self;
-  self.rank = 1;
-  self.host_id = "fuzz";
-  rank1.describe_self(self);
-  FUZZ_CHECK(!self.tcp_addresses.empty());
-  rank1.connect({transport::PeerInfo{.rank = 0, .host_id = "fuzz"}});
-
+  anview::testing::TcpRankOne rank1(sink, 42);
+  anview::base::ProgressEngine& engine = rank1.engine();
   // Rank 0, by hand: connect, hello, ack.
-  const std::string& address = self.tcp_addresses.front();
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port =
-      htons(static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  anview::base::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  FUZZ_CHECK(::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
-  tcp::Handshake hello;
-  hello.job_id = job_id;
-  hello.rank = 0;
-  hello.world_size = 2;
-  hello.stream = 0;
-  hello.stream_count = 1;
-  tcp::set_path_fields(
-      hello, {.path = 0, .path_count = 1, .grants_credit = grants_credit, .generation = 1});
+  const anview::base::Fd fd = rank1.connect();
+  FUZZ_CHECK(fd.valid());
+  const tcp::Handshake hello = rank1.hello(grants_credit);
   FUZZ_CHECK(::send(fd.get(), &hello, sizeof hello, MSG_NOSIGNAL) == sizeof hello);
-  const auto deadline = Clock::now() + std::chrono::seconds(2);
-  while (!rank1.ready() && Clock::now() < deadline) engine.poll(1);
-  FUZZ_CHECK(rank1.ready());
+  FUZZ_CHECK(rank1.drive_until([&] { return rank1.transport().ready(); }, std::chrono::seconds(2)));
   tcp::Handshake ack;
   FUZZ_CHECK(::recv(fd.get(), &ack, sizeof ack, MSG_WAITALL) == sizeof ack);
   FUZZ_CHECK(ack.kind == tcp::HandshakeKind::ack);
@@ -139,8 +102,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (std::size_t at = 1; at < size && !sink.failed; at += piece)
     send_all(fd.get(), data + at, std::min(piece, size - at), engine, sink);
   ::shutdown(fd.get(), SHUT_WR);
-  const auto end = Clock::now() + std::chrono::seconds(1);
-  while (!sink.failed && Clock::now() < end) engine.poll(1);
-  FUZZ_CHECK(sink.failed);
+  FUZZ_CHECK(rank1.drive_until([&] { return sink.failed; }, std::chrono::seconds(1)));
   return 0;
 }

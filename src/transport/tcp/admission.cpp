@@ -49,11 +49,16 @@ void TcpTransport::accept_pending() {
                                                       Connection::State::awaiting_hello, -1, -1));
     accepting_deadlines_.push_back(base::deadline_after(handshake_timeout_));
     // Against a flood or idle connections (slow-loris): the oldest gives way. A peer of the
-    // job finishes its handshake within a round trip; the oldest is the likeliest idler.
-    if (accepting_.size() > max_pending_) {
-      drop_pending(0, std::to_string(max_pending_) +
-                          " connections are waiting for their handshake "
-                          "(ANVIEW_MAX_PENDING_CONNECTIONS); the oldest gives way");
+    // job finishes its handshake within a round trip; the oldest is the likeliest idler. It
+    // gets one read first: a peer whose hello arrived with a flood accepted in the same round
+    // goes on (it leaves accepting_ when admitted), an idler or a slow-loris gives way.
+    while (accepting_.size() > max_pending_) {
+      Connection* oldest = accepting_.front().get();
+      oldest->on_fd_events(EPOLLIN);
+      if (accepting_.size() > max_pending_ && accepting_.front().get() == oldest)
+        drop_pending(0, std::to_string(max_pending_) +
+                            " connections are waiting for their handshake "
+                            "(ANVIEW_MAX_PENDING_CONNECTIONS); the oldest gives way");
     }
   }
 }

@@ -1,0 +1,83 @@
+// Rank 1 of a two-rank job served by a real TcpTransport on loopback, and the pieces of a raw
+// rank 0 that speaks the handshake by hand: for tests and fuzz targets of what a peer (or
+// anyone who reaches the port) can send. Set ANVIEW_TCP_STREAMS=1 (one stream per path) and
+// ANVIEW_IFACES=lo before making one.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/progress_engine.hpp"
+#include "base/socket.hpp"
+#include "transport/tcp/handshake.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+namespace anview::testing {
+
+class TcpRankOne {
+ public:
+  TcpRankOne(transport::FrameSink& sink, std::uint64_t job_id) : job_id_(job_id) {
+    const transport::TransportContext context{.rank = 1,
+                                              .world_size = 2,
+                                              .job_id = job_id,
+                                              .host_id = "test-host",
+                                              .timeout = std::chrono::seconds(2),
+                                              .engine = &engine_,
+                                              .sink = &sink};
+    transport_ = std::make_unique<transport::tcp::TcpTransport>(context);
+    transport::PeerInfo self;
+    transport_->describe_self(self);
+    const std::string& address = self.tcp_addresses.at(0);
+    port_ = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+    transport_->connect({transport::PeerInfo{.rank = 0, .host_id = "test-host"}});
+  }
+
+  transport::tcp::TcpTransport& transport() { return *transport_; }
+  base::ProgressEngine& engine() { return engine_; }
+
+  // A blocking socket connected to rank 1's port (what rank 0, or anyone, opens).
+  base::Fd connect() const {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port_);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    base::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) fd.reset();
+    return fd;
+  }
+
+  // Rank 0's hello for its one stream, as TcpTransport would send it without a job secret.
+  transport::tcp::Handshake hello(bool grants_credit = false) const {
+    transport::tcp::Handshake h;
+    h.job_id = job_id_;
+    h.rank = 0;
+    h.world_size = 2;
+    h.stream = 0;
+    h.stream_count = 1;
+    transport::tcp::set_path_fields(
+        h, {.path = 0, .path_count = 1, .grants_credit = grants_credit, .generation = 1});
+    return h;
+  }
+
+  // Drives rank 1's progress until `done` or `limit` passes; returns done().
+  bool drive_until(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (!done() && std::chrono::steady_clock::now() < end) engine_.poll(1);
+    return done();
+  }
+
+ private:
+  std::uint64_t job_id_;
+  base::ProgressEngine engine_;  // before the transport, which uses it until it is gone
+  std::unique_ptr<transport::tcp::TcpTransport> transport_;
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace anview::testing
