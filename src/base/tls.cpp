@@ -364,67 +364,46 @@ ssize_t Session::readv(const iovec* iov, int count) {
 }
 
 ssize_t Session::writev(const iovec* iov, int count) {
+  std::size_t left = 0;
+  for (int k = 0; k < count; ++k) left += iov[k].iov_len;
+  if (stalled_ > left) {
+    failure_ = "a TLS record that did not go out whole was offered again with " +
+               std::to_string(left) + " of its " + std::to_string(stalled_) + " bytes";
+    errno = EPROTO;
+    return -1;
+  }
   std::size_t total = 0;
   int i = 0;
   std::size_t at = 0;  // into iov[i]
-  const auto advance = [&](std::size_t n) {
-    total += n;
-    for (at += n; i < count && at >= iov[i].iov_len; ++i) at -= iov[i].iov_len;
-  };
-  while (i < count && iov[i].iov_len == 0) ++i;
-  if (stalled_ > 0) {
-    // OpenSSL holds a record of our next `stalled_` bytes, encrypted; it must be offered them
-    // again, at least that many in one piece, before anything else goes out.
-    const char* p = static_cast<const char*>(iov[i < count ? i : 0].iov_base) + at;
-    if (i >= count || iov[i].iov_len - at < stalled_) {
-      staging_.clear();
-      for (int k = i; k < count && staging_.size() < stalled_; ++k) {
-        const auto* b = static_cast<const char*>(iov[k].iov_base) + (k == i ? at : 0);
-        const std::size_t n =
-            std::min(iov[k].iov_len - (k == i ? at : 0), stalled_ - staging_.size());
-        staging_.insert(staging_.end(), b, b + n);
-      }
-      if (staging_.size() < stalled_) {
-        failure_ = "a TLS record that did not go out whole was offered again with " +
-                   std::to_string(staging_.size()) + " of its " + std::to_string(stalled_) +
-                   " bytes";
-        errno = EPROTO;
-        return -1;
-      }
-      p = staging_.data();
-    }
-    std::size_t written = 0;
-    ERR_clear_error();
-    const int result = SSL_write_ex(ssl_, p, stalled_, &written);
-    if (result != 1) return fail_io(result, "SSL_write");
-    stalled_ = 0;
-    advance(written);
-  }
-  while (i < count) {
-    // One record per call (partial writes): a stalled record is never more than this piece.
+  while (total < left) {
+    while (at >= iov[i].iov_len) at -= iov[i++].iov_len;
+    // One record per call (partial writes). A record OpenSSL holds from an earlier call
+    // (stalled_, encrypted already) must be offered again first, that many bytes in one piece.
     // Small pieces (a frame header, a small payload) are gathered into one record: each record
     // costs a write() and its own encryption.
-    std::size_t piece = std::min(iov[i].iov_len - at, max_record_bytes);
+    const std::size_t want = stalled_ > 0 ? stalled_ : std::min(left - total, max_record_bytes);
     const char* p = static_cast<const char*>(iov[i].iov_base) + at;
-    if (piece < max_record_bytes && i + 1 < count) {
-      staging_.assign(p, p + piece);
-      for (int k = i + 1; k < count && staging_.size() < max_record_bytes; ++k) {
-        const auto* b = static_cast<const char*>(iov[k].iov_base);
-        const std::size_t n = std::min(iov[k].iov_len, max_record_bytes - staging_.size());
+    if (iov[i].iov_len - at < want) {
+      staging_.clear();
+      for (int k = i; staging_.size() < want; ++k) {
+        const std::size_t from = k == i ? at : 0;
+        const std::size_t n = std::min(iov[k].iov_len - from, want - staging_.size());
+        const auto* b = static_cast<const char*>(iov[k].iov_base) + from;
         staging_.insert(staging_.end(), b, b + n);
       }
-      piece = staging_.size();
       p = staging_.data();
     }
     std::size_t written = 0;
     ERR_clear_error();
-    const int result = SSL_write_ex(ssl_, p, piece, &written);
+    const int result = SSL_write_ex(ssl_, p, want, &written);
     if (result == 1) {
-      advance(written);
+      stalled_ = 0;
+      total += written;
+      at += written;
       continue;
     }
     const int error = SSL_get_error(ssl_, result);
-    if (error == SSL_ERROR_WANT_WRITE || error == SSL_ERROR_WANT_READ) stalled_ = piece;
+    if (error == SSL_ERROR_WANT_WRITE || error == SSL_ERROR_WANT_READ) stalled_ = want;
     if (total > 0) {
       ERR_clear_error();  // the same condition shows again on the next call
       return static_cast<ssize_t>(total);

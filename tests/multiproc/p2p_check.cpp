@@ -1498,6 +1498,12 @@ void attack_round(Job& job, const Pattern& pattern, int& round, const std::strin
   traffic_round(job, pattern, round++);
 }
 
+Bytes random_bytes(std::mt19937_64& rng, std::size_t size) {
+  Bytes b(size);
+  for (auto& x : b) x = static_cast<std::uint8_t>(rng());
+  return b;
+}
+
 // Random bytes (the first one 0xFF: no magic of ours, no TLS record) are dropped unanswered.
 void random_bytes_round(Job& job, const Pattern& pattern, int& round, std::mt19937_64& rng,
                         const std::function<void()>& pump, const std::vector<Target>& targets,
@@ -1505,8 +1511,7 @@ void random_bytes_round(Job& job, const Pattern& pattern, int& round, std::mt199
   attack_round(
       job, pattern, round, "random bytes",
       [&](const Target&, RawConn& c, const std::string& what) {
-        Bytes b(300);
-        for (auto& x : b) x = static_cast<std::uint8_t>(rng());
+        Bytes b = random_bytes(rng, 300);
         b[0] = 0xFF;
         c.send(b);
         expect_dropped(c.read_until_close(drop_limit, pump), what);
@@ -2559,11 +2564,6 @@ std::string tls_garbage(Job& job) {
   Communicator& comm = job.comm();
   const std::function<void()> pump = [&comm] { comm.progress(); };
   std::mt19937_64 rng(job.seed());
-  const auto random_bytes = [&rng](std::size_t size) {
-    Bytes b(size);
-    for (auto& x : b) x = static_cast<std::uint8_t>(rng());
-    return b;
-  };
   int round = 0;
   std::string done;
 
@@ -2590,7 +2590,7 @@ std::string tls_garbage(Job& job) {
   attack_round(
       job, pattern, round, "a TLS record header over garbage",
       [&](const Target&, RawConn& c, const std::string& what) {
-        Bytes b = random_bytes(200);
+        Bytes b = random_bytes(rng, 200);
         b[0] = 0x16;
         b[1] = 0x03;
         b[2] = 0x01;
@@ -2628,7 +2628,7 @@ std::string tls_garbage(Job& job) {
         const auto step = tls_handshake(session, c.fd(), pump);
         require(step == tls::Session::Step::done, what,
                 ": the handshake failed: ", session.failure());
-        Bytes b = random_bytes(300);
+        Bytes b = random_bytes(rng, 300);
         b[0] = 0xFF;
         require(session.write(b.data(), b.size()) == static_cast<ssize_t>(b.size()), what,
                 ": could not write through TLS");

@@ -318,11 +318,7 @@ void Connection::flush() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      if (errno == EPROTO && tls_) {
-        fail(ErrorKind::protocol, tls_->failure());
-      } else {
-        fail(ErrorKind::peer_lost, "sendmsg() failed", errno);
-      }
+      fail(ErrorKind::peer_lost, "sendmsg() failed", errno);
       break;
     }
     std::size_t left = static_cast<std::size_t>(n);
@@ -405,7 +401,13 @@ void Connection::close(const Error* error) {
 void Connection::fail(ErrorKind kind, const std::string& cause, int err) {
   ErrorContext context =
       owner_.error_context(peer_, state_ == State::established ? "transfer" : "handshake");
-  context.cause = err ? cause + ": " + base::errno_text(err) : cause;
+  if (err == EPROTO && tls_) {
+    // Through TLS, EPROTO is the session's failure (bad records, a broken peer): say that.
+    kind = ErrorKind::protocol;
+    context.cause = tls_->failure();
+  } else {
+    context.cause = err ? cause + ": " + base::errno_text(err) : cause;
+  }
   owner_.on_connection_error(*this, Error(kind, std::move(context)));
 }
 
@@ -455,9 +457,6 @@ bool Connection::read_handshake() {
            "connection closed during the handshake after " + std::to_string(rx_tail_) + " bytes");
       return false;
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      return false;
-    } else if (errno == EPROTO && tls_) {
-      fail(ErrorKind::protocol, tls_->failure());
       return false;
     } else if (errno != EINTR) {
       fail(ErrorKind::link, "recv() during the handshake", errno);
@@ -534,11 +533,7 @@ bool Connection::read_frames() {
       }
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
       if (errno == EINTR) continue;
-      if (errno == EPROTO && tls_) {
-        fail(ErrorKind::protocol, tls_->failure());
-      } else {
-        fail(ErrorKind::peer_lost, "readv() failed", errno);
-      }
+      fail(ErrorKind::peer_lost, "readv() failed", errno);
       return false;
     }
     if (buffered >= header_bytes) {
@@ -578,11 +573,7 @@ bool Connection::read_frames() {
     }
     if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
     if (errno == EINTR) continue;
-    if (errno == EPROTO && tls_) {
-      fail(ErrorKind::protocol, tls_->failure());
-    } else {
-      fail(ErrorKind::peer_lost, "recv() failed", errno);
-    }
+    fail(ErrorKind::peer_lost, "recv() failed", errno);
     return false;
   }
   return false;

@@ -185,6 +185,7 @@ class Connection final : public base::FdHandler {
   bool read_frames();
   bool start_frame();
   void finish_frame();
+  // err EPROTO through TLS: a protocol error with the session's reason instead.
   void fail(ErrorKind kind, const std::string& cause, int err = 0);
   void set_low_watermark(std::size_t bytes);  // SO_RCVLOWAT, only when it changes
 
