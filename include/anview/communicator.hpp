@@ -38,6 +38,10 @@ struct CommunicatorOptions {
   std::chrono::milliseconds timeout{0};
   // Prefix of this communicator's keys in the store, so several communicators can share one.
   std::string store_prefix = "anview";
+  // This communicator speaks for the process: its rank prefixes the log lines and picks the
+  // metrics endpoint's port. False for connections a process makes besides its own rank's
+  // (RPC and pub/sub connections are two-rank communicators of their own).
+  bool names_process = true;
 };
 
 class Communicator {

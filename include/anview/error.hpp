@@ -11,6 +11,8 @@
 //   internal   — a system call failed in a way none of the above explains.
 //   auth       — a connection did not prove the job secret (ANVIEW_SECRET), or this rank
 //                could not: a wrong or missing secret, a replayed handshake (SECURITY.md).
+//   remote     — the peer served the request and refused it: an RPC to an unknown method, or a
+//                handler that raised (the cause is its message); the connection is fine.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,16 @@
 
 namespace anview {
 
-enum class ErrorKind : std::uint8_t { usage, timeout, peer_lost, link, protocol, internal, auth };
+enum class ErrorKind : std::uint8_t {
+  usage,
+  timeout,
+  peer_lost,
+  link,
+  protocol,
+  internal,
+  auth,
+  remote
+};
 
 const char* to_string(ErrorKind kind) noexcept;
 

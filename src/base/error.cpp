@@ -28,6 +28,7 @@ const char* to_string(ErrorKind kind) noexcept {
     case ErrorKind::protocol: return "protocol";
     case ErrorKind::internal: return "internal";
     case ErrorKind::auth: return "auth";
+    case ErrorKind::remote: return "remote";
   }
   return "unknown";
 }

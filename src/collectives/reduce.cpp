@@ -5,6 +5,10 @@
 #include <iterator>
 #include <optional>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "anview/error.hpp"
 #include "base/config.hpp"
 #include "base/log.hpp"
@@ -82,7 +86,10 @@ bool is_integer(DataType t) {
 bool cpu_runs(std::string_view name) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && f16c;
   if (name == "avx2") return avx2;
   if (name == "avx512") {
     return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

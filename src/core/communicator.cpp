@@ -43,7 +43,9 @@ std::uint64_t agree_on_job_id(Store& store, const std::string& prefix, int rank,
 
 CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
                                    const CommunicatorOptions& options)
-    : store_(std::move(store)), prefix_(options.store_prefix) {
+    : store_(std::move(store)),
+      prefix_(options.store_prefix),
+      names_process_(options.names_process) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw Error(ErrorKind::usage,
                 {.rank = rank,
@@ -51,7 +53,7 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
                  .cause = "rank " + std::to_string(rank) + " is not in a communicator of size " +
                           std::to_string(size)});
   }
-  base::set_log_rank(rank);
+  if (names_process_) base::set_log_rank(rank);
   const auto timeout =
       options.timeout.count() > 0 ? options.timeout : base::timeout_setting().as_duration();
   p2p::MessengerConfig config{
@@ -74,11 +76,11 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
   messenger_->connect(peers);
   dump_source_ = DumpService::instance().add([this] { return state(); });
   if (base::Trace* trace = base::Trace::active()) trace->open(config.job_id, rank);
-  MetricsServer::instance().attach(rank);
+  if (names_process_) MetricsServer::instance().attach(rank);
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
-  MetricsServer::instance().detach();
+  if (names_process_) MetricsServer::instance().detach();
   DumpService::instance().remove(dump_source_);
   worker_.reset();  // its collectives use collectives_ and the messenger
   messenger_->shutdown();

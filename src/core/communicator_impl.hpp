@@ -47,6 +47,7 @@ class CommunicatorImpl {
  private:
   Store store_;
   std::string prefix_;
+  bool names_process_;
   std::uint64_t splits_ = 0;
   std::shared_ptr<p2p::Messenger> messenger_;
   std::unique_ptr<HangDoctor> doctor_;  // before collectives_, which reports to it

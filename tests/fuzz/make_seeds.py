@@ -189,3 +189,37 @@ stream = {
 }
 for name, data in stream.items():
     write("fuzz_tcp_stream", name, data)
+
+
+# --- RPC frame: [limits byte] one message (docs/rpc.md) --------------------------------------
+RPC_MAGIC = 0x50525641
+
+
+def rpc_frame(kind, call_id, text=b"", payload=b"", tensors=(), flags=0, status=0, deadline=0,
+              capacity=4096, inline=True, payload_bytes=None, version=1):
+    if inline:
+        flags |= 2
+    size = len(payload) if payload_bytes is None else payload_bytes
+    out = struct.pack("<IBBBBQIIQIHH", RPC_MAGIC, version, kind, flags, status, call_id, deadline,
+                      capacity, size, len(text), len(tensors), 0)
+    for dtype, shape in tensors:
+        out += struct.pack("<BBHI", dtype, len(shape), 0, 0) + b"".join(struct.pack("<q", d) for d in shape)
+    return out + text + (payload if inline else b"")
+
+
+rpc = {
+    "request": rpc_frame(1, 1, b"echo", b"hello"),
+    "request-idempotent": rpc_frame(1, 7, b"get", b"k", flags=1, deadline=5000),
+    "request-tensors": rpc_frame(1, 2, b"push", b"", [(8, [4, 4]), (4, [3])]),
+    "request-body-apart": rpc_frame(1, 3, b"echo", b"", inline=False, payload_bytes=100000),
+    "reply-ok": rpc_frame(2, 1, b"", b"hello"),
+    "reply-error": rpc_frame(2, 4, b"refused: bad input", status=2),
+    "cancel": rpc_frame(3, 9, inline=False),
+    "near-miss-version": rpc_frame(1, 1, b"echo", b"x", version=2),
+    "near-miss-huge-tensor": rpc_frame(1, 1, b"echo", b"", [(9, [1 << 40, 1 << 40])]),
+    "near-miss-short": rpc_frame(1, 1, b"echo", b"hello")[:30],
+}
+for name, data in rpc.items():
+    write("fuzz_rpc_frame", "default-" + name, b"\x01" + data)
+    write("fuzz_rpc_frame", "small-" + name, b"\x00" + data)
+

@@ -29,6 +29,7 @@
 #include "collective.hpp"
 #include "plot.hpp"
 #include "progress.hpp"
+#include "rpc.hpp"
 #include "sweep.hpp"
 
 namespace {
@@ -51,6 +52,13 @@ struct Options {
   std::string redop = "sum";
   int root = 0;
   std::string plot;  // --plot: the PNG to draw
+  // rpc
+  std::vector<std::string> sizes{"64", "16K", "1M"};
+  std::vector<int> concurrency{1, 16};
+  int threads = 1;
+  double seconds = 3.0;
+  int handler_threads = 0;
+  std::string listen = "127.0.0.1:0";
 };
 
 struct Result {
@@ -267,11 +275,11 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"anview-perf: point-to-point latency and bandwidth between rank 0 and rank 1"};
   app.add_option("op", o.op,
-                 "pingpong, bw, a collective (allreduce, broadcast, reduce, allgather, "
+                 "pingpong, bw, rpc, a collective (allreduce, broadcast, reduce, allgather, "
                  "reduce_scatter, alltoall, barrier), or all (every collective in turn)")
       ->required()
-      ->check(CLI::IsMember({"pingpong", "bw", "allreduce", "broadcast", "reduce", "allgather",
-                             "reduce_scatter", "alltoall", "barrier", "all"}));
+      ->check(CLI::IsMember({"pingpong", "bw", "rpc", "allreduce", "broadcast", "reduce",
+                             "allgather", "reduce_scatter", "alltoall", "barrier", "all"}));
   app.add_option("-a,--algo", o.algo,
                  "collectives: force this algorithm for the collective (sets ANVIEW_ALGO)");
   app.add_option("-d,--dtype", o.dtype, "collectives: element type (float32, int32, ...)");
@@ -289,6 +297,14 @@ int main(int argc, char** argv) {
   app.add_option("--plot", o.plot,
                  "rank 0 draws bandwidth and latency against the size into this PNG (gnuplot)")
       ->type_name("FILE.png");
+  app.add_option("--sizes", o.sizes, "rpc: payload sizes (default 64,16K,1M)")->delimiter(',');
+  app.add_option("--concurrency", o.concurrency, "rpc: calls in flight per case (default 1,16)")
+      ->delimiter(',');
+  app.add_option("--threads", o.threads, "rpc: client threads sharing the calls in flight");
+  app.add_option("--seconds", o.seconds, "rpc: measured seconds per case (after 0.5 s warm-up)");
+  app.add_option("--handler-threads", o.handler_threads,
+                 "rpc: the server's handler threads (0: on the connection's thread)");
+  app.add_option("--listen", o.listen, "rpc: the server's address (rank 0)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -309,6 +325,22 @@ int main(int argc, char** argv) {
         .bandwidth = "busbw (GB/s)",
         .latency = "latency (µs, time_us)"};
     long wrong = 0;
+    if (o.op == "rpc") {
+      if (comm.size() < 2) {
+        std::cerr << "anview-perf: rpc needs 2 ranks (anview-run -n 2 anview-perf rpc)\n";
+        return 2;
+      }
+      perf::RpcOptions r{.threads = o.threads,
+                         .seconds = o.seconds,
+                         .handler_threads = o.handler_threads,
+                         .listen = o.listen,
+                         .check = o.check,
+                         .json = o.json};
+      for (const auto& size : o.sizes)
+        r.sizes.push_back(static_cast<std::size_t>(anview::base::parse_size(size, "--sizes")));
+      r.concurrency = o.concurrency;
+      return perf::run_rpc(comm, r) == 0 ? 0 : 1;
+    }
     if (perf::is_collective(o.op) || o.op == "all") {
       perf::CollectiveOptions c{.op = o.op,
                                 .min_bytes = min_bytes,

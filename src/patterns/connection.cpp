@@ -1,0 +1,137 @@
+#include "patterns/connection.hpp"
+
+#include "base/log.hpp"
+#include "base/timeouts.hpp"
+
+namespace anview::patterns {
+namespace {
+
+constexpr const char* service_key = "anview/service";
+// A client that took a number and vanished before claiming it is skipped after this long.
+constexpr auto unclaimed_grace = std::chrono::seconds(5);
+constexpr auto accept_poll = std::chrono::milliseconds(200);
+
+std::string conn_key(const std::string& service, std::uint64_t id) {
+  return service + "/conn/" + std::to_string(id);
+}
+
+CommunicatorOptions connection_options(const std::string& service, std::uint64_t id,
+                                       std::chrono::milliseconds timeout) {
+  return {.timeout = timeout,
+          .store_prefix = service + "/c" + std::to_string(id),
+          .names_process = false};
+}
+
+}  // namespace
+
+std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested) {
+  return requested.count() > 0 ? requested : base::timeout_setting().as_duration();
+}
+
+Listener::Listener(const std::string& host_port, std::string service,
+                   std::chrono::milliseconds timeout, Serve serve)
+    : service_(std::move(service)),
+      timeout_(timeout_or_default(timeout)),
+      serve_(std::move(serve)),
+      store_(Store::serve_tcp(host_port, {.timeout = timeout_})),
+      address_(store_.address()) {
+  store_.set(service_key, service_);
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+Listener::~Listener() {
+  stop();
+}
+
+void Listener::stop() {
+  if (stopping_.exchange(true, std::memory_order_acq_rel)) return;
+  if (acceptor_.joinable()) acceptor_.join();
+  std::list<Worker> workers;
+  {
+    std::lock_guard lock(mu_);
+    workers.swap(workers_);
+  }
+  for (auto& w : workers) w.thread.join();
+}
+
+void Listener::accept_loop() {
+  std::uint64_t next = 1;
+  // Since when the number `next` has been taken (the counter is past it) but not claimed.
+  auto missing_since = std::chrono::steady_clock::time_point::max();
+  while (!stopping()) {
+    try {
+      store_.wait({conn_key(service_, next)}, accept_poll);
+      start_connection(next++);
+      missing_since = std::chrono::steady_clock::time_point::max();
+      continue;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::timeout) {
+        base::log(service_.c_str(), base::LogLevel::error, "listener at ", address_,
+                  " stops accepting: ", e.what());
+        return;
+      }
+    }
+    reap_finished();
+    // A client that took number `next` and died before claiming it must not block the ones
+    // after it.
+    if (static_cast<std::uint64_t>(store_.add(service_ + "/clients", 0)) > next) {
+      const auto now = std::chrono::steady_clock::now();
+      if (missing_since == std::chrono::steady_clock::time_point::max()) {
+        missing_since = now;
+      } else if (now - missing_since > unclaimed_grace) {
+        base::log(service_.c_str(), base::LogLevel::warn, "connection ", next, " to ", address_,
+                  " was never claimed; skipped");
+        ++next;
+        missing_since = std::chrono::steady_clock::time_point::max();
+      }
+    }
+  }
+}
+
+void Listener::start_connection(std::uint64_t id) {
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  std::lock_guard lock(mu_);
+  workers_.push_back({std::thread([this, id, finished] {
+                        try {
+                          auto comm = Communicator::create(
+                              0, 2, store_, connection_options(service_, id, timeout_));
+                          base::log(service_.c_str(), base::LogLevel::debug, "connection ", id,
+                                    " accepted over ", comm.transport_name(1));
+                          serve_(std::move(comm), id);
+                        } catch (const std::exception& e) {
+                          base::log(service_.c_str(), base::LogLevel::info, "connection ", id,
+                                    " to ", address_, " ended: ", e.what());
+                        }
+                        finished->store(true, std::memory_order_release);
+                      }),
+                      finished});
+}
+
+void Listener::reap_finished() {
+  std::list<Worker> done;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      auto cur = it++;
+      if (cur->finished->load(std::memory_order_acquire)) done.splice(done.end(), workers_, cur);
+    }
+  }
+  for (auto& w : done) w.thread.join();
+}
+
+Communicator connect_to(const std::string& address, const std::string& service,
+                        std::chrono::milliseconds timeout) {
+  timeout = timeout_or_default(timeout);
+  Store store = Store::connect_tcp(address, {.timeout = timeout});
+  const std::string kind = store.get_string(service_key, timeout);
+  if (kind != service) {
+    throw Error(ErrorKind::usage, {.peer_address = address,
+                                   .operation = service + " connect",
+                                   .cause = address + " serves " + kind + ", not " + service});
+  }
+  const auto id = static_cast<std::uint64_t>(store.add(service + "/clients", 1));
+  store.set(conn_key(service, id), std::string("1"));
+  return Communicator::create(1, 2, std::move(store), connection_options(service, id, timeout));
+}
+
+}  // namespace anview::patterns

@@ -1,0 +1,101 @@
+// The client side of RPC: connections to a server, and the state of each call.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <coroutine>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "anview/rpc.hpp"
+#include "patterns/rpc_frame.hpp"
+
+namespace anview::detail {
+
+class RpcClientImpl;
+
+// One connection (or a communicator with the server in it).
+struct RpcConnection {
+  RpcConnection(Communicator c, int server_rank, std::string server_name)
+      : comm(std::move(c)), server(server_rank), name(std::move(server_name)) {}
+  Communicator comm;
+  int server = 0;
+  std::string name;  // "127.0.0.1:7000", "rank 0"
+  std::atomic<std::uint64_t> next_id{1};
+  std::atomic<bool> broken{false};
+};
+
+struct RpcCallState : std::enable_shared_from_this<RpcCallState> {
+  std::weak_ptr<RpcClientImpl> client;
+  std::string method;
+  CallOptions options;
+  std::chrono::steady_clock::time_point deadline;
+  Message request;  // kept alive until the call completes
+  int attempts = 0;
+
+  std::mutex mu;  // guards everything below
+  std::condition_variable cv;
+  std::shared_ptr<RpcConnection> connection;
+  std::uint64_t id = 0;
+  std::vector<std::byte> reply_frame;  // the first reply message lands here
+  std::vector<Request> pending;        // what the reply still needs
+  std::size_t parts_left = 0;
+  Message reply;
+  std::optional<Error> error;
+  std::atomic<bool> done{false};
+  std::vector<RpcCall::Callback> callbacks;
+
+  // Completes the call (once) and runs the callbacks.
+  void finish(std::optional<Error> failure);
+  // The first receive the reply still waits for (invalid when there is none).
+  Request next_pending();
+};
+
+class RpcClientImpl : public std::enable_shared_from_this<RpcClientImpl> {
+ public:
+  RpcClientImpl(std::vector<std::string> addresses, ClientOptions options);
+  RpcClientImpl(Communicator comm, int server, ClientOptions options);
+  ~RpcClientImpl();
+
+  RpcCall call(std::string_view method, Message request, CallOptions options);
+  void progress();
+  std::string server() const;
+  std::size_t pending() const { return pending_.load(std::memory_order_relaxed); }
+
+  // A call's connection failed: retried (idempotent, time left) or failed.
+  void connection_failed(const std::shared_ptr<RpcCallState>& call, const Error& error);
+  void call_finished() { pending_.fetch_sub(1, std::memory_order_relaxed); }
+  // The Error a call fails with: kind and cause of `error`, the method and the server.
+  Error call_error(const RpcCallState& call, ErrorKind kind, const std::string& cause) const;
+  const patterns::rpc::Limits& limits() const { return limits_; }
+
+ private:
+  // The current connection, (re)connecting when there is none or it broke.
+  std::shared_ptr<RpcConnection> connection();
+  std::shared_ptr<RpcConnection> open(std::size_t address_index);
+  // Sends the call's request on `connection` with a new id, the reply's receive posted first.
+  void issue(const std::shared_ptr<RpcCallState>& call, std::shared_ptr<RpcConnection> connection);
+  void retry_loop();
+
+  ClientOptions options_;
+  patterns::rpc::Limits limits_;
+  std::vector<std::string> addresses_;  // empty over a communicator
+  mutable std::mutex mu_;
+  std::shared_ptr<RpcConnection> current_;
+  std::size_t address_index_ = 0;
+  std::atomic<std::size_t> pending_{0};
+
+  std::mutex retry_mu_;
+  std::condition_variable retry_cv_;
+  std::deque<std::shared_ptr<RpcCallState>> retries_;
+  bool stopping_ = false;
+  std::thread retry_thread_;  // started on the first retry
+};
+
+}  // namespace anview::detail

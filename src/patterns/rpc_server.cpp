@@ -1,0 +1,311 @@
+#include "patterns/rpc_server.hpp"
+
+#include <cstring>
+
+#include "base/log.hpp"
+#include "patterns/rpc_transfer.hpp"
+
+namespace anview {
+
+using patterns::rpc::Frame;
+using patterns::rpc::Kind;
+using patterns::rpc::ReplyStatus;
+namespace rpc = patterns::rpc;
+
+namespace detail {
+
+using rpc::receive_body;
+using rpc::send_with_body;
+constexpr auto stop_poll = std::chrono::milliseconds(100);
+
+std::string RpcEndpoint::peer_name(int peer) const {
+  if (source == any_source) return "rank " + std::to_string(peer);
+  return "connection " + std::to_string(connection);
+}
+
+void RpcServerCall::answer(ReplyStatus status, std::string_view text, const Message* reply) {
+  if (answered.exchange(true, std::memory_order_acq_rel)) return;
+  {
+    std::lock_guard lock(endpoint->mu);
+    endpoint->running.erase({peer, id});
+  }
+  Message body = status == ReplyStatus::ok && reply ? *reply : Message();
+  if (status == ReplyStatus::ok && cancelled.load(std::memory_order_acquire)) {
+    status = ReplyStatus::cancelled;  // the client gave up: no need to send the body
+    body = Message();
+  }
+  if (text.size() > rpc::max_error_bytes) text = text.substr(0, rpc::max_error_bytes);
+  const bool inline_payload = rpc::frame_size(text, body.tensors(), body.size()) <= reply_capacity;
+  try {
+    send_with_body(endpoint->comm, peer, rpc::reply_tag(id), rpc::reply_tag(id),
+                   rpc::encode(Kind::reply, 0, status, id, 0, 0, text, body, inline_payload), body,
+                   inline_payload);
+  } catch (const Error& e) {
+    // The connection failed; its thread reports that.
+    base::log("rpc", base::LogLevel::debug, "reply to call ", id, " of ", endpoint->peer_name(peer),
+              " not sent: ", e.what());
+  }
+}
+
+RpcServerCall::~RpcServerCall() {
+  if (!answered.load(std::memory_order_acquire))
+    answer(ReplyStatus::handler_error, "the handler of '" + method + "' did not reply", nullptr);
+}
+
+RpcServerImpl::RpcServerImpl(ServerOptions options)
+    : options_(options),
+      limits_{.max_message_bytes = options.max_message_bytes},
+      timeout_(patterns::timeout_or_default(options.connect_timeout)) {
+  if (options_.handler_threads < 0)
+    throw Error(ErrorKind::usage,
+                {.operation = "rpc server",
+                 .cause = "handler_threads is " + std::to_string(options_.handler_threads)});
+  if (options_.handler_threads > 0)
+    pool_ = std::make_unique<patterns::HandlerPool>(options_.handler_threads);
+}
+
+RpcServerImpl::~RpcServerImpl() {
+  shutdown();
+}
+
+void RpcServerImpl::listen(const std::string& host_port) {
+  // The listener's threads call back into this object; shutdown() stops them first.
+  listener_ = std::make_unique<patterns::Listener>(
+      host_port, "rpc", timeout_, [this](Communicator comm, std::uint64_t id) {
+        serve_endpoint(std::make_shared<RpcEndpoint>(std::move(comm), 1, id));
+      });
+}
+
+void RpcServerImpl::serve(Communicator comm) {
+  auto endpoint = std::make_shared<RpcEndpoint>(std::move(comm), any_source, 0);
+  comm_thread_ = std::thread([this, endpoint] {
+    try {
+      serve_endpoint(endpoint);
+    } catch (const std::exception& e) {
+      base::log("rpc", base::LogLevel::error, "rpc server on rank ", endpoint->comm.rank(),
+                " stops: ", e.what());
+    }
+  });
+}
+
+void RpcServerImpl::add_method(std::string name, RpcServer::Handler sync,
+                               RpcServer::AsyncHandler async) {
+  if (name.empty() || name.size() > rpc::max_method_bytes)
+    throw Error(ErrorKind::usage, {.operation = "rpc add_method",
+                                   .cause = "a method name has 1 to " +
+                                            std::to_string(rpc::max_method_bytes) + " bytes"});
+  std::unique_lock lock(methods_mu_);
+  methods_[std::move(name)] = Method{std::move(sync), std::move(async)};
+}
+
+void RpcServerImpl::shutdown() {
+  if (stopping_.exchange(true)) return;
+  if (listener_) listener_->stop();  // joins the connection threads
+  if (comm_thread_.joinable()) comm_thread_.join();
+  pool_.reset();  // runs the handlers already queued; they answer
+}
+
+bool RpcServerImpl::wait_or_stop(Request& request) {
+  for (;;) {
+    try {
+      request.wait(stop_poll);
+      return true;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::timeout) throw;
+      if (stopping_.load(std::memory_order_acquire)) return false;
+    }
+  }
+}
+
+void RpcServerImpl::fail_running(RpcEndpoint& endpoint) {
+  std::vector<std::shared_ptr<RpcServerCall>> calls;
+  {
+    std::lock_guard lock(endpoint.mu);
+    for (auto& [key, weak] : endpoint.running) {
+      if (auto call = weak.lock()) calls.push_back(std::move(call));
+    }
+  }
+  for (auto& call : calls)
+    call->answer(ReplyStatus::shutting_down, "the server is shutting down", nullptr);
+}
+
+void RpcServerImpl::serve_endpoint(const std::shared_ptr<RpcEndpoint>& endpoint) {
+  std::vector<std::byte> buffer(rpc::request_capacity);
+  while (!stopping_.load(std::memory_order_acquire)) {
+    Request r =
+        endpoint->comm.irecv(buffer.data(), buffer.size(), endpoint->source, rpc::request_tag);
+    try {
+      if (!wait_or_stop(r)) {
+        r.cancel();
+        fail_running(*endpoint);
+        return;
+      }
+    } catch (const Error& e) {
+      if (endpoint->source != any_source) {
+        base::log("rpc", base::LogLevel::debug, endpoint->peer_name(1), " closed: ", e.what());
+        return;  // the client left or its link broke
+      }
+      if (e.kind() == ErrorKind::usage) {  // a request larger than the buffer: said by p2p
+        base::log("rpc", base::LogLevel::error, "rpc server on rank ", endpoint->comm.rank(),
+                  " dropped a request: ", e.what());
+        continue;
+      }
+      if (e.peer() >= 0) continue;  // one client rank failed; the others go on
+      throw;
+    }
+    const Status status = r.status();
+    if (!handle_frame(endpoint, status.source, {buffer.data(), status.bytes})) return;
+  }
+}
+
+bool RpcServerImpl::handle_frame(const std::shared_ptr<RpcEndpoint>& endpoint, int peer,
+                                 std::span<const std::byte> bytes) {
+  Frame frame;
+  std::string why;
+  if (!rpc::parse(bytes, limits_, frame, why) || frame.kind == Kind::reply) {
+    if (why.empty()) why = "a reply frame sent to a server";
+    base::log("rpc", base::LogLevel::error, "rpc server: ", endpoint->peer_name(peer),
+              " sent a bad request (", why, ")",
+              endpoint->source == any_source ? "; dropped" : "; connection closed");
+    // A request refused for its size is answered, so the caller learns why at once.
+    if (frame.kind == Kind::request && frame.call_id > 0) {
+      RpcServerCall refused;
+      refused.endpoint = endpoint;
+      refused.peer = peer;
+      refused.id = frame.call_id;
+      refused.answer(ReplyStatus::bad_request, why, nullptr);
+    }
+    return endpoint->source == any_source;
+  }
+  if (frame.kind == Kind::cancel) {
+    std::lock_guard lock(endpoint->mu);
+    auto it = endpoint->running.find({peer, frame.call_id});
+    if (it != endpoint->running.end()) {
+      if (auto call = it->second.lock()) call->cancelled.store(true, std::memory_order_release);
+    }
+    return true;
+  }
+  auto call = std::make_shared<RpcServerCall>();
+  call->endpoint = endpoint;
+  call->peer = peer;
+  call->id = frame.call_id;
+  call->method = std::string(frame.text);
+  call->reply_capacity = frame.reply_capacity;
+  call->deadline = frame.deadline_ms > 0 ? std::chrono::steady_clock::now() +
+                                               std::chrono::milliseconds(frame.deadline_ms)
+                                         : std::chrono::steady_clock::time_point::max();
+  Message request;
+  auto parts =
+      receive_body(endpoint->comm, peer, rpc::request_data_tag(frame.call_id), frame, request);
+  for (auto& part : parts) {
+    try {
+      part.wait(timeout_);
+    } catch (const Error& e) {
+      // The client failed mid-request (or sent parts that do not fit): nobody to answer.
+      call->answered.store(true);
+      base::log("rpc", base::LogLevel::info, "request '", call->method, "' of ",
+                endpoint->peer_name(peer), " not received: ", e.what());
+      return endpoint->source == any_source && e.kind() != ErrorKind::usage;
+    }
+  }
+  {
+    std::lock_guard lock(endpoint->mu);
+    endpoint->running[{peer, call->id}] = call;
+  }
+  dispatch(std::move(call), std::move(request));
+  return true;
+}
+
+void RpcServerImpl::dispatch(std::shared_ptr<RpcServerCall> call, Message request) {
+  Method method;
+  {
+    std::shared_lock lock(methods_mu_);
+    auto it = methods_.find(call->method);
+    if (it != methods_.end()) method = it->second;
+  }
+  if (!method.sync && !method.async) {
+    call->answer(ReplyStatus::unknown_method, "no method '" + call->method + "' on this server",
+                 nullptr);
+    return;
+  }
+  auto job = [call = std::move(call), request = std::move(request),
+              method = std::move(method)]() mutable {
+    if (std::chrono::steady_clock::now() >= call->deadline) {
+      call->answer(ReplyStatus::deadline_exceeded, "the deadline passed before the handler ran",
+                   nullptr);
+      return;
+    }
+    const CallContext context(call);
+    try {
+      if (method.sync) {
+        const Message reply = method.sync(context, request);
+        call->answer(ReplyStatus::ok, {}, &reply);
+      } else {
+        method.async(context, request, Responder(call));
+      }
+    } catch (const std::exception& e) {
+      call->answer(ReplyStatus::handler_error, e.what(), nullptr);
+    } catch (...) {
+      call->answer(ReplyStatus::handler_error, "the handler raised a non-standard exception",
+                   nullptr);
+    }
+  };
+  if (pool_) {
+    pool_->post(std::move(job));
+  } else {
+    job();
+  }
+}
+
+}  // namespace detail
+
+// ---- public handles ----
+
+std::string_view CallContext::method() const {
+  return call_->method;
+}
+std::string CallContext::peer() const {
+  return call_->endpoint->peer_name(call_->peer);
+}
+std::chrono::steady_clock::time_point CallContext::deadline() const {
+  return call_->deadline;
+}
+bool CallContext::cancelled() const {
+  return call_->cancelled.load(std::memory_order_acquire);
+}
+
+void Responder::reply(Message reply) {
+  if (call_) call_->answer(ReplyStatus::ok, {}, &reply);
+}
+void Responder::fail(std::string message) {
+  if (call_) call_->answer(ReplyStatus::handler_error, message, nullptr);
+}
+
+RpcServer::RpcServer(std::shared_ptr<detail::RpcServerImpl> impl) : impl_(std::move(impl)) {}
+
+RpcServer RpcServer::listen(const std::string& host_port, ServerOptions options) {
+  auto impl = std::make_shared<detail::RpcServerImpl>(options);
+  impl->listen(host_port);
+  return RpcServer(std::move(impl));
+}
+
+RpcServer RpcServer::serve(Communicator comm, ServerOptions options) {
+  auto impl = std::make_shared<detail::RpcServerImpl>(options);
+  impl->serve(std::move(comm));
+  return RpcServer(std::move(impl));
+}
+
+void RpcServer::add_method(std::string name, Handler handler) {
+  impl_->add_method(std::move(name), std::move(handler), nullptr);
+}
+void RpcServer::add_async_method(std::string name, AsyncHandler handler) {
+  impl_->add_method(std::move(name), nullptr, std::move(handler));
+}
+std::string RpcServer::address() const {
+  return impl_->address();
+}
+void RpcServer::shutdown() {
+  impl_->shutdown();
+}
+
+}  // namespace anview

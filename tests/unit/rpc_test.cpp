@@ -1,0 +1,365 @@
+// RPC in one process: a server listening on loopback, clients connecting by address (each
+// connection a two-rank communicator, here over shared memory), and a server over a
+// communicator of thread ranks. Frame parsing has its own tests (rpc_frame_test.cpp).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <coroutine>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "anview/anview.hpp"
+#include "support/thread_ranks.hpp"
+
+namespace anview {
+namespace {
+
+using namespace std::chrono_literals;
+
+// An echo service: bytes and tensors back as they came; "fail" raises; "slow" sleeps.
+RpcServer echo_server(ServerOptions options = {}) {
+  RpcServer server = RpcServer::listen("127.0.0.1:0", options);
+  server.add_method("echo", [](const CallContext&, const Message& request) { return request; });
+  server.add_method("fail", [](const CallContext&, const Message& request) -> Message {
+    throw std::runtime_error("refused: " + std::string(request.text()));
+  });
+  server.add_method("slow", [](const CallContext& context, const Message&) {
+    const auto end = std::chrono::steady_clock::now() + 2s;
+    while (!context.cancelled() && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(5ms);
+    return Message(context.cancelled() ? "cancelled" : "finished");
+  });
+  return server;
+}
+
+std::vector<float> iota_floats(std::size_t n, float start) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+TEST(Rpc, EchoesBytesAndTensorsOfEverySize) {
+  RpcServer server = echo_server();
+  RpcClient client = RpcClient::connect(server.address());
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{64}, std::size_t{4000},
+                            std::size_t{70000}, std::size_t{3} << 20}) {
+    std::string text(bytes, 'x');
+    for (std::size_t i = 0; i < bytes; ++i) text[i] = static_cast<char>('a' + i % 26);
+    const auto floats = iota_floats(1000 + bytes / 4, 0.5f);
+    Message request(text);
+    request.add_tensor({.dtype = DataType::float32,
+                        .shape = {static_cast<std::int64_t>(floats.size())},
+                        .data = floats.data()});
+    request.add_tensor({.dtype = DataType::int64, .shape = {0, 3}, .data = nullptr});
+    const Message reply = client.call_sync("echo", request);
+    EXPECT_EQ(reply.text(), text) << bytes;
+    ASSERT_EQ(reply.tensors().size(), 2u);
+    const Tensor& t = reply.tensors()[0];
+    EXPECT_EQ(t.dtype, DataType::float32);
+    EXPECT_EQ(t.shape, std::vector<std::int64_t>{static_cast<std::int64_t>(floats.size())});
+    EXPECT_EQ(std::memcmp(t.data, floats.data(), t.bytes()), 0);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.data) % 64, 0u);
+    EXPECT_EQ(reply.tensors()[1].shape, (std::vector<std::int64_t>{0, 3}));
+    EXPECT_EQ(reply.tensors()[1].bytes(), 0u);
+  }
+  EXPECT_EQ(client.pending(), 0u);
+  EXPECT_EQ(client.server(), server.address());
+}
+
+TEST(Rpc, TenThousandConcurrentCallsGetTheirOwnReplies) {
+  RpcServer server = echo_server();
+  RpcClient client = RpcClient::connect(server.address());
+  constexpr int calls = 10000;
+  std::vector<std::string> texts(calls);
+  std::vector<RpcCall> inflight;
+  inflight.reserve(calls);
+  for (int i = 0; i < calls; ++i) {
+    texts[static_cast<std::size_t>(i)] = "call " + std::to_string(i) + std::string(i % 97, '.');
+    inflight.push_back(
+        client.call("echo", Message::view(texts[static_cast<std::size_t>(i)].data(),
+                                          texts[static_cast<std::size_t>(i)].size())));
+  }
+  for (int i = 0; i < calls; ++i)
+    ASSERT_EQ(inflight[static_cast<std::size_t>(i)].get().text(),
+              texts[static_cast<std::size_t>(i)]);
+  EXPECT_EQ(client.pending(), 0u);
+}
+
+TEST(Rpc, ManyThreadsShareOneClient) {
+  RpcServer server = echo_server({.handler_threads = 4});
+  RpcClient client = RpcClient::connect(server.address());
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 300; ++i) {
+        const std::string text = std::to_string(t) + ":" + std::to_string(i);
+        if (client.call_sync("echo", Message(text)).text() != text) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(Rpc, UnknownMethodAndHandlerErrorsNameMethodAndServer) {
+  RpcServer server = echo_server();
+  RpcClient client = RpcClient::connect(server.address());
+  try {
+    client.call_sync("nope", Message("x"));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::remote);
+    EXPECT_NE(std::string(e.what()).find("'nope'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(server.address()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown method"), std::string::npos) << e.what();
+  }
+  try {
+    client.call_sync("fail", Message("bad input"));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::remote);
+    EXPECT_NE(std::string(e.what()).find("refused: bad input"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(client.call_sync("echo", Message("still fine")).text(), "still fine");
+}
+
+TEST(Rpc, DeadlineFailsTheCallAndCancelsTheHandler) {
+  std::atomic<bool> saw_cancel{false};
+  // A pool, so the connection's thread reads the cancel while the handler runs.
+  RpcServer server = RpcServer::listen("127.0.0.1:0", {.handler_threads = 2});
+  server.add_method("slow", [&](const CallContext& context, const Message&) {
+    const auto end = std::chrono::steady_clock::now() + 3s;
+    while (!context.cancelled() && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(2ms);
+    saw_cancel = context.cancelled();
+    return Message(std::string(100000, 'z'));  // dropped: the client gave up
+  });
+  server.add_method("echo", [](const CallContext&, const Message& m) { return m; });
+  RpcClient client = RpcClient::connect(server.address());
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    client.call_sync("slow", Message("x"), {.deadline = 200ms});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::timeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'slow'"), std::string::npos) << e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, 1500ms);
+  for (int i = 0; i < 300 && !saw_cancel; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(saw_cancel.load());
+  // The late reply is absorbed; the connection keeps working.
+  EXPECT_EQ(client.call_sync("echo", Message("after")).text(), "after");
+  EXPECT_EQ(client.pending(), 0u);
+}
+
+TEST(Rpc, AsyncHandlerRepliesFromAnotherThread) {
+  RpcServer server = RpcServer::listen("127.0.0.1:0");
+  std::mutex mu;
+  std::vector<std::pair<Responder, std::string>> parked;
+  server.add_async_method("park", [&](const CallContext&, const Message& m, Responder reply) {
+    std::lock_guard lock(mu);
+    parked.emplace_back(std::move(reply), std::string(m.text()));
+  });
+  RpcClient client = RpcClient::connect(server.address());
+  RpcCall a = client.call("park", Message("a"));
+  RpcCall b = client.call("park", Message("b"));
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (parked.size() == 2) break;
+    }
+    client.progress();
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_FALSE(a.done());
+  std::thread answer([&] {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(parked.size(), 2u);
+    parked[1].first.reply(Message("B:" + parked[1].second));
+    parked[0].first.fail("no " + parked[0].second);
+    parked.clear();
+  });
+  answer.join();
+  EXPECT_EQ(b.get().text(), "B:b");
+  try {
+    a.get();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::remote);
+    EXPECT_NE(std::string(e.what()).find("no a"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Rpc, DroppedResponderFailsTheCall) {
+  RpcServer server = RpcServer::listen("127.0.0.1:0");
+  server.add_async_method("forget", [](const CallContext&, const Message&, Responder) {});
+  RpcClient client = RpcClient::connect(server.address());
+  try {
+    client.call_sync("forget", Message());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::remote);
+    EXPECT_NE(std::string(e.what()).find("did not reply"), std::string::npos) << e.what();
+  }
+}
+
+// A coroutine type just big enough for the test: runs eagerly, result read after.
+struct Task {
+  struct promise_type {
+    Task get_return_object() { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() {}
+    void unhandled_exception() { std::terminate(); }
+  };
+};
+
+Task sum_two(RpcClient& client, std::string& out, bool& finished) {
+  const Message a = co_await client.call("echo", Message("left+"));
+  const Message b = co_await client.call("echo", Message("right"));
+  out = std::string(a.text()) + std::string(b.text());
+  finished = true;
+}
+
+TEST(Rpc, CoAwaitAndCallbacks) {
+  RpcServer server = echo_server();
+  RpcClient client = RpcClient::connect(server.address());
+  std::string out;
+  bool finished = false;
+  sum_two(client, out, finished);
+  for (int i = 0; i < 20000 && !finished; ++i) {
+    client.progress();
+    std::this_thread::sleep_for(50us);
+  }
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(out, "left+right");
+
+  std::atomic<int> seen{0};
+  RpcCall call = client.call("echo", Message("cb"));
+  call.on_complete([&](const Message* reply, const Error* error) {
+    if (!error && reply && reply->text() == "cb") ++seen;
+  });
+  while (!call.test()) {
+  }
+  EXPECT_EQ(seen.load(), 1);
+  call.on_complete([&](const Message*, const Error*) { ++seen; });  // complete: runs at once
+  EXPECT_EQ(seen.load(), 2);
+}
+
+TEST(Rpc, ServerShutdownFailsEveryPendingCallNamingTheServer) {
+  RpcServer server = RpcServer::listen("127.0.0.1:0");
+  std::atomic<int> parked{0};
+  std::vector<Responder> keep;
+  std::mutex mu;
+  server.add_async_method("hang", [&](const CallContext&, const Message&, Responder r) {
+    std::lock_guard lock(mu);
+    keep.push_back(std::move(r));
+    ++parked;
+  });
+  const std::string address = server.address();
+  RpcClient client = RpcClient::connect(address);
+  std::vector<RpcCall> calls;
+  for (int i = 0; i < 20; ++i) calls.push_back(client.call("hang", Message("x")));
+  while (parked < 20) {
+    client.progress();
+    std::this_thread::sleep_for(1ms);
+  }
+  std::thread stop([&] {
+    // Answers nothing: the responders stay parked while the connections close.
+    server.shutdown();
+  });
+  int failed = 0;
+  for (auto& c : calls) {
+    try {
+      c.get();
+    } catch (const Error& e) {
+      ++failed;
+      EXPECT_TRUE(e.kind() == ErrorKind::peer_lost || e.kind() == ErrorKind::link) << e.what();
+      EXPECT_NE(std::string(e.what()).find(address), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("not retried"), std::string::npos) << e.what();
+    }
+  }
+  stop.join();
+  EXPECT_EQ(failed, 20);
+  std::lock_guard lock(mu);
+  keep.clear();  // answering after the connection closed is harmless
+}
+
+TEST(Rpc, IdempotentCallsMoveToTheNextServer) {
+  RpcServer first = RpcServer::listen("127.0.0.1:0");
+  RpcServer second = RpcServer::listen("127.0.0.1:0");
+  std::vector<Responder> parked;
+  std::mutex mu;
+  first.add_async_method("get", [&](const CallContext&, const Message&, Responder r) {
+    std::lock_guard lock(mu);
+    parked.push_back(std::move(r));  // never answers: the server goes away first
+  });
+  second.add_method("get", [](const CallContext&, const Message& m) {
+    return Message("second:" + std::string(m.text()));
+  });
+  RpcClient client = RpcClient::connect({first.address(), second.address()});
+  EXPECT_EQ(client.server(), first.address());
+  RpcCall safe = client.call("get", Message("k"), {.deadline = 20s, .idempotent = true});
+  RpcCall unsafe = client.call("get", Message("k"), {.deadline = 20s});
+  for (int i = 0; i < 2000; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (parked.size() == 2) break;
+    }
+    client.progress();
+    std::this_thread::sleep_for(1ms);
+  }
+  first.shutdown();
+  EXPECT_EQ(safe.get().text(), "second:k");
+  EXPECT_THROW(unsafe.get(), Error);
+  EXPECT_EQ(client.server(), second.address());
+  // Later calls use the new connection.
+  EXPECT_EQ(client.call_sync("get", Message("z")).text(), "second:z");
+  std::lock_guard lock(mu);
+  parked.clear();
+}
+
+TEST(Rpc, ConnectingToNothingOrTheWrongServiceIsAClearError) {
+  EXPECT_THROW(RpcClient::connect("127.0.0.1:1", {.connect_timeout = 300ms}), Error);
+  Store other = Store::serve_tcp("127.0.0.1:0");
+  other.set("anview/service", std::string("pubsub"));
+  try {
+    RpcClient::connect(other.address(), {.connect_timeout = 2s});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::usage);
+    EXPECT_NE(std::string(e.what()).find("serves pubsub, not rpc"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Rpc, ServerOverACommunicatorServesTheOtherRanks) {
+  testing::run_ranks(3, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      RpcServer server = RpcServer::serve(comm);
+      std::atomic<int> served{0};
+      server.add_method("who", [&](const CallContext& context, const Message& m) {
+        ++served;
+        return Message(context.peer() + " said " + std::string(m.text()));
+      });
+      comm.barrier();  // methods are registered
+      comm.barrier();  // the clients are done
+      EXPECT_EQ(served.load(), 2 * 50);
+      server.shutdown();
+    } else {
+      comm.barrier();
+      RpcClient client = RpcClient::over(comm, 0);
+      for (int i = 0; i < 50; ++i) {
+        const auto reply = client.call_sync("who", Message(std::to_string(i)));
+        EXPECT_EQ(reply.text(),
+                  "rank " + std::to_string(comm.rank()) + " said " + std::to_string(i));
+      }
+      comm.barrier();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace anview
