@@ -1,0 +1,182 @@
+// RPC across processes (forked here; real sockets and shared memory): a server process and
+// client processes that connect by address. Shared memory on this host by default; TCP with
+// ANVIEW_TRANSPORTS=tcp (the mp.rpc.tcp.* tests set it).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "anview/anview.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// A server process: prints its address on `out`, answers "echo", parks "park" calls (never
+// answers them) and writes one byte on `out` per parked call. Runs until killed.
+pid_t start_server(int& address_fd) {
+  int fds[2];
+  if (::pipe(fds) != 0) std::abort();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    try {
+      anview::RpcServer server = anview::RpcServer::listen("127.0.0.1:0");
+      server.add_method("echo",
+                        [](const anview::CallContext&, const anview::Message& m) { return m; });
+      std::vector<anview::Responder> parked;
+      std::mutex mu;
+      const int out = fds[1];
+      server.add_async_method(
+          "park", [&](const anview::CallContext&, const anview::Message&, anview::Responder r) {
+            std::lock_guard lock(mu);
+            parked.push_back(std::move(r));
+            const char one = 1;
+            if (::write(out, &one, 1) != 1) std::_Exit(3);
+          });
+      const std::string address = server.address() + "\n";
+      if (::write(out, address.data(), address.size()) != static_cast<ssize_t>(address.size()))
+        std::_Exit(3);
+      for (;;) ::pause();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "server: %s\n", e.what());
+      std::_Exit(2);
+    }
+  }
+  ::close(fds[1]);
+  address_fd = fds[0];
+  return pid;
+}
+
+std::string read_line(int fd) {
+  std::string line;
+  char c;
+  while (::read(fd, &c, 1) == 1 && c != '\n') line += c;
+  return line;
+}
+
+void stop(pid_t pid) {
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+}
+
+// 10,000 calls in flight from one client, replies checked.
+int client_calls(const std::string& address, int id) {
+  try {
+    anview::RpcClient client = anview::RpcClient::connect(address);
+    constexpr int calls = 10000;
+    std::vector<std::string> texts(calls);
+    std::vector<anview::RpcCall> inflight;
+    inflight.reserve(calls);
+    for (int i = 0; i < calls; ++i) {
+      texts[i] = std::to_string(id) + "/" + std::to_string(i) + std::string(i % 300, '#');
+      inflight.push_back(
+          client.call("echo", anview::Message::view(texts[i].data(), texts[i].size())));
+    }
+    for (int i = 0; i < calls; ++i) {
+      if (inflight[i].get().text() != texts[i]) {
+        std::fprintf(stderr, "client %d: wrong reply to call %d\n", id, i);
+        return 1;
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "client %d: %s\n", id, e.what());
+    return 2;
+  }
+}
+
+TEST(MultiprocRpc, ThreeClientProcessesTenThousandCallsEach) {
+  int from_server;
+  const pid_t server = start_server(from_server);
+  const std::string address = read_line(from_server);
+  ASSERT_FALSE(address.empty());
+  std::vector<pid_t> clients;
+  for (int c = 0; c < 3; ++c) {
+    const pid_t pid = ::fork();
+    if (pid == 0) std::_Exit(client_calls(address, c));
+    clients.push_back(pid);
+  }
+  for (pid_t pid : clients) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "client exit status " << status;
+  }
+  stop(server);
+  ::close(from_server);
+}
+
+TEST(MultiprocRpc, ServerKilledFailsEveryPendingCallNamingIt) {
+  int from_server;
+  const pid_t server = start_server(from_server);
+  const std::string address = read_line(from_server);
+  ASSERT_FALSE(address.empty());
+  anview::RpcClient client = anview::RpcClient::connect(address);
+  constexpr int calls = 500;
+  std::vector<anview::RpcCall> pending;
+  for (int i = 0; i < calls; ++i) pending.push_back(client.call("park", anview::Message("x")));
+  // Until the server holds every call (its bytes come one per parked call).
+  std::atomic<bool> all_parked{false};
+  std::thread reader([&] {
+    char buf[calls];
+    int got = 0;
+    while (got < calls) {
+      const auto n = ::read(from_server, buf, sizeof buf);
+      if (n <= 0) break;
+      got += static_cast<int>(n);
+    }
+    all_parked = got >= calls;
+  });
+  while (!all_parked) {
+    client.progress();
+    std::this_thread::sleep_for(1ms);
+    if (::waitpid(server, nullptr, WNOHANG) != 0) break;
+  }
+  reader.join();
+  ASSERT_TRUE(all_parked.load());
+  const auto killed = std::chrono::steady_clock::now();
+  stop(server);
+  int failed = 0;
+  for (auto& call : pending) {
+    try {
+      call.get();
+    } catch (const anview::Error& e) {
+      ++failed;
+      EXPECT_TRUE(e.kind() == anview::ErrorKind::peer_lost || e.kind() == anview::ErrorKind::link)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(address), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'park'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(failed, calls);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 10s);
+  ::close(from_server);
+}
+
+TEST(MultiprocRpc, DeadlineAcrossProcesses) {
+  int from_server;
+  const pid_t server = start_server(from_server);
+  const std::string address = read_line(from_server);
+  anview::RpcClient client = anview::RpcClient::connect(address);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    client.call_sync("park", anview::Message("x"), {.deadline = 300ms});
+    ADD_FAILURE() << "no error";
+  } catch (const anview::Error& e) {
+    EXPECT_EQ(e.kind(), anview::ErrorKind::timeout) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EXPECT_EQ(client.call_sync("echo", anview::Message("alive")).text(), "alive");
+  stop(server);
+  ::close(from_server);
+}
+
+}  // namespace
