@@ -10,7 +10,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 ((${#targets[@]})) || targets=(fuzz_store_protocol fuzz_tcp_handshake fuzz_shm_ring fuzz_config
-  fuzz_p2p_frames fuzz_tcp_stream fuzz_rpc_frame)
+  fuzz_p2p_frames fuzz_tcp_stream fuzz_rpc_frame fuzz_pubsub_frame)
 
 echo "=== fuzz.sh: building build-fuzz (clang, libFuzzer, ASan+UBSan)"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -223,3 +223,42 @@ for name, data in rpc.items():
     write("fuzz_rpc_frame", "default-" + name, b"\x01" + data)
     write("fuzz_rpc_frame", "small-" + name, b"\x00" + data)
 
+
+# --- pub/sub frames: [limits byte] one message (docs/pubsub.md) -------------------------------
+PS_MAGIC = 0x53505641
+
+
+def ps_header(kind, count=0, value=0, version=1):
+    return struct.pack("<IBBHIIQ", PS_MAGIC, version, kind, 0, count, 0, value)
+
+
+def ps_subscribe(topics, policy=0, window=4096, window_bytes=64 << 20, queue=4096):
+    body = struct.pack("<BBHIII", policy, 0, 0, window, queue, 0)
+    body += b"".join(struct.pack("<H", len(t)) + t for t in topics)
+    return ps_header(1, len(topics), window_bytes) + body
+
+
+def ps_batch(entries):
+    body = b""
+    for seq, topic, payload, apart in entries:
+        size = payload if apart else len(payload)
+        body += struct.pack("<QBBHI", seq, 1 if apart else 0, 0, len(topic), size) + topic
+        if not apart:
+            body += payload
+    return ps_header(3, len(entries)) + body
+
+
+pubsub = {
+    "subscribe": ps_subscribe([b""]),
+    "subscribe-topics": ps_subscribe([b"a/", b"metrics/gpu"], policy=1, window=64, queue=100),
+    "credit": ps_header(2, 1),
+    "end": ps_header(4, 0, 1234),
+    "batch": ps_batch([(1, b"t", b"hello", False), (2, b"t", b"world", False)]),
+    "batch-apart": ps_batch([(7, b"big", 3000, True), (9, b"x", b"", False)]),
+    "near-miss-count": ps_header(3, 1000) + b"\0" * 16,
+    "near-miss-version": ps_header(2, 1, version=3),
+}
+for name, data in pubsub.items():
+    write("fuzz_pubsub_frame", "big-" + name, b"\x01" + data)
+    write("fuzz_pubsub_frame", "small-" + name, b"\x00" + data)
+

@@ -29,6 +29,7 @@
 #include "collective.hpp"
 #include "plot.hpp"
 #include "progress.hpp"
+#include "pubsub.hpp"
 #include "rpc.hpp"
 #include "sweep.hpp"
 
@@ -59,6 +60,7 @@ struct Options {
   double seconds = 3.0;
   int handler_threads = 0;
   std::string listen = "127.0.0.1:0";
+  std::string policy = "block";
 };
 
 struct Result {
@@ -274,11 +276,12 @@ bool plot_path_usable(anview::Communicator& comm, const std::string& path) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"anview-perf: point-to-point latency and bandwidth between rank 0 and rank 1"};
-  app.add_option("op", o.op,
-                 "pingpong, bw, rpc, a collective (allreduce, broadcast, reduce, allgather, "
-                 "reduce_scatter, alltoall, barrier), or all (every collective in turn)")
+  app.add_option(
+         "op", o.op,
+         "pingpong, bw, rpc, pubsub, a collective (allreduce, broadcast, reduce, allgather, "
+         "reduce_scatter, alltoall, barrier), or all (every collective in turn)")
       ->required()
-      ->check(CLI::IsMember({"pingpong", "bw", "rpc", "allreduce", "broadcast", "reduce",
+      ->check(CLI::IsMember({"pingpong", "bw", "rpc", "pubsub", "allreduce", "broadcast", "reduce",
                              "allgather", "reduce_scatter", "alltoall", "barrier", "all"}));
   app.add_option("-a,--algo", o.algo,
                  "collectives: force this algorithm for the collective (sets ANVIEW_ALGO)");
@@ -297,11 +300,15 @@ int main(int argc, char** argv) {
   app.add_option("--plot", o.plot,
                  "rank 0 draws bandwidth and latency against the size into this PNG (gnuplot)")
       ->type_name("FILE.png");
-  app.add_option("--sizes", o.sizes, "rpc: payload sizes (default 64,16K,1M)")->delimiter(',');
+  app.add_option("--sizes", o.sizes, "rpc, pubsub: payload sizes (default 64,16K,1M)")
+      ->delimiter(',');
+  app.add_option("--policy", o.policy, "pubsub: block or drop_oldest")
+      ->check(CLI::IsMember({"block", "drop_oldest"}));
   app.add_option("--concurrency", o.concurrency, "rpc: calls in flight per case (default 1,16)")
       ->delimiter(',');
   app.add_option("--threads", o.threads, "rpc: client threads sharing the calls in flight");
-  app.add_option("--seconds", o.seconds, "rpc: measured seconds per case (after 0.5 s warm-up)");
+  app.add_option("--seconds", o.seconds,
+                 "rpc, pubsub: measured seconds per case (after 0.5 s warm-up)");
   app.add_option("--handler-threads", o.handler_threads,
                  "rpc: the server's handler threads (0: on the connection's thread)");
   app.add_option("--listen", o.listen, "rpc: the server's address (rank 0)");
@@ -325,6 +332,21 @@ int main(int argc, char** argv) {
         .bandwidth = "busbw (GB/s)",
         .latency = "latency (µs, time_us)"};
     long wrong = 0;
+    if (o.op == "pubsub") {
+      if (comm.size() < 2) {
+        std::cerr << "anview-perf: pubsub needs 2 ranks (anview-run -n 2 anview-perf pubsub)\n";
+        return 2;
+      }
+      perf::PubSubOptions p{.seconds = o.seconds,
+                            .policy = o.policy == "block" ? anview::Backpressure::block
+                                                          : anview::Backpressure::drop_oldest,
+                            .listen = o.listen,
+                            .check = o.check,
+                            .json = o.json};
+      for (const auto& size : o.sizes)
+        p.sizes.push_back(static_cast<std::size_t>(anview::base::parse_size(size, "--sizes")));
+      return perf::run_pubsub(comm, p) == 0 ? 0 : 1;
+    }
     if (o.op == "rpc") {
       if (comm.size() < 2) {
         std::cerr << "anview-perf: rpc needs 2 ranks (anview-run -n 2 anview-perf rpc)\n";

@@ -1,0 +1,91 @@
+// The pub/sub frames (docs/pubsub.md): subscribe and credit (subscriber to publisher, tag 1),
+// batches of messages and the end of the stream (publisher to subscriber, tag 2; payloads
+// sent apart follow on tag 3). Encoded and parsed here only; the parsers check every length and
+// count against limits before use and say what is wrong with a frame they refuse.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "anview/pubsub.hpp"
+#include "anview/types.hpp"
+
+namespace anview::patterns::pubsub {
+
+inline constexpr std::uint32_t frame_magic = 0x53505641;  // "AVPS" on the wire
+inline constexpr std::uint8_t frame_version = 1;
+inline constexpr std::size_t header_bytes = 24;
+inline constexpr std::size_t subscribe_fixed_bytes = 16;
+inline constexpr std::size_t entry_bytes = 16;
+inline constexpr std::size_t max_topics = 64;
+inline constexpr std::size_t max_topic_bytes = 256;
+// A batch frame is at most this long (the subscriber's receive buffer); payloads above
+// inline_limit are sent apart.
+inline constexpr std::size_t batch_capacity = 64 * 1024;
+inline constexpr std::size_t inline_limit = 4096;
+
+inline constexpr Tag control_tag{1};  // subscriber -> publisher
+inline constexpr Tag batch_tag{2};    // publisher -> subscriber
+inline constexpr Tag payload_tag{3};  // publisher -> subscriber, payloads sent apart
+
+enum class Kind : std::uint8_t { subscribe = 1, credit = 2, batch = 3, end = 4 };
+
+struct Header {
+  Kind kind = Kind::batch;
+  std::uint32_t count = 0;  // topics, credited messages, or batch entries
+  std::uint64_t value = 0;  // window bytes, credited bytes, or the last sequence (end)
+};
+
+struct Subscription {
+  Backpressure policy = Backpressure::block;
+  std::uint32_t window = 0;
+  std::uint64_t window_bytes = 0;
+  std::uint32_t queue_limit = 0;
+  std::vector<std::string> topics;
+};
+
+struct Entry {
+  std::uint64_t sequence = 0;
+  bool apart = false;  // the payload follows as a message of its own
+  std::string_view topic;
+  std::uint32_t payload_bytes = 0;
+  std::span<const std::byte> inline_payload;  // when not apart
+};
+
+std::vector<std::byte> encode_subscribe(const Subscription& s);
+std::vector<std::byte> encode_credit(std::uint32_t messages, std::uint64_t bytes);
+std::vector<std::byte> encode_end(std::uint64_t last_sequence);
+
+// Builds one batch frame in place.
+class BatchWriter {
+ public:
+  BatchWriter() { clear(); }
+  void clear();
+  std::size_t entries() const { return entries_; }
+  // The bytes adding this entry would take.
+  static std::size_t entry_size(std::string_view topic, std::size_t inline_bytes) {
+    return entry_bytes + topic.size() + inline_bytes;
+  }
+  std::size_t size() const { return buffer_.size(); }
+  // `payload` is copied when inline (not apart).
+  void add(std::uint64_t sequence, std::string_view topic, std::span<const std::byte> payload,
+           bool apart);
+  // The finished frame (valid until the next add or clear).
+  std::span<const std::byte> frame();
+
+ private:
+  std::vector<std::byte> buffer_;
+  std::uint32_t entries_ = 0;
+};
+
+bool parse_header(std::span<const std::byte> bytes, Header& out, std::string& why);
+bool parse_subscribe(std::span<const std::byte> bytes, Subscription& out, std::string& why);
+// The entries of a batch frame; payloads sent apart must each be at most max_message_bytes.
+bool parse_batch(std::span<const std::byte> bytes, std::size_t max_message_bytes,
+                 std::vector<Entry>& out, std::string& why);
+
+}  // namespace anview::patterns::pubsub

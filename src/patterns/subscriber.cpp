@@ -1,0 +1,175 @@
+#include <deque>
+#include <mutex>
+
+#include "anview/communicator.hpp"
+#include "anview/pubsub.hpp"
+#include "base/log.hpp"
+#include "patterns/connection.hpp"
+#include "patterns/pubsub_frame.hpp"
+
+namespace anview {
+
+namespace ps = patterns::pubsub;
+
+namespace detail {
+
+class SubscriberImpl {
+ public:
+  SubscriberImpl(const std::string& address, SubscribeOptions options);
+  std::optional<Delivery> next(std::chrono::milliseconds timeout);
+  Subscriber::Stats stats() const {
+    std::lock_guard lock(mu_);
+    return stats_;
+  }
+
+ private:
+  void post_batch_receive();
+  // Takes in the batch that arrived (mu_ held).
+  void take_batch(std::size_t bytes);
+  void send_credit(std::uint32_t batches);
+  Error protocol_error(const std::string& why) const {
+    return Error(ErrorKind::protocol, {.peer = 0,
+                                       .peer_address = address_,
+                                       .operation = "subscriber",
+                                       .cause = "the publisher sent a bad frame: " + why});
+  }
+
+  std::string address_;
+  SubscribeOptions options_;
+  Communicator comm_;
+  mutable std::mutex mu_;  // one next() at a time; stats
+  std::shared_ptr<std::vector<std::byte>> buffer_;
+  Request batch_;
+  std::deque<Delivery> ready_;
+  std::size_t ready_bytes_ = 0;
+  std::uint32_t withheld_ = 0;  // batch credits not returned while ready_ is over the window
+  std::uint64_t last_sequence_ = 0;
+  Subscriber::Stats stats_;
+  std::vector<ps::Entry> entries_;
+};
+
+SubscriberImpl::SubscriberImpl(const std::string& address, SubscribeOptions options)
+    : address_(address),
+      options_(std::move(options)),
+      comm_(patterns::connect_to(address, "pubsub", options_.connect_timeout)) {
+  if (options_.topics.empty() || options_.topics.size() > ps::max_topics || options_.window == 0 ||
+      options_.window_bytes == 0)
+    throw Error(ErrorKind::usage, {.operation = "subscribe",
+                                   .cause = "1 to 64 topics and a window above 0 are needed"});
+  for (const auto& t : options_.topics) {
+    if (t.size() > ps::max_topic_bytes)
+      throw Error(ErrorKind::usage,
+                  {.operation = "subscribe",
+                   .cause = "topic of " + std::to_string(t.size()) + " bytes (limit 256)"});
+  }
+  post_batch_receive();
+  const ps::Subscription s{.policy = options_.policy,
+                           .window = options_.window,
+                           .window_bytes = options_.window_bytes,
+                           .queue_limit = options_.queue_limit,
+                           .topics = options_.topics};
+  auto frame = ps::encode_subscribe(s);
+  comm_.send(frame.data(), frame.size(), 0, ps::control_tag);
+}
+
+void SubscriberImpl::post_batch_receive() {
+  // A new buffer each time: the messages of the last one refer to it.
+  buffer_ = std::make_shared<std::vector<std::byte>>(ps::batch_capacity);
+  batch_ = comm_.irecv(buffer_->data(), buffer_->size(), 0, ps::batch_tag);
+}
+
+void SubscriberImpl::send_credit(std::uint32_t batches) {
+  auto frame = std::make_shared<std::vector<std::byte>>(ps::encode_credit(batches, 0));
+  comm_.isend(frame->data(), frame->size(), 0, ps::control_tag)
+      .on_complete([frame](const Status&, const Error*) {});
+}
+
+void SubscriberImpl::take_batch(std::size_t bytes) {
+  const std::span<const std::byte> frame(buffer_->data(), bytes);
+  ps::Header h;
+  std::string why;
+  if (!ps::parse_header(frame, h, why)) throw protocol_error(why);
+  if (h.kind == ps::Kind::end) {
+    if (h.value < last_sequence_) throw protocol_error("the end precedes a delivered sequence");
+    stats_.dropped += h.value - last_sequence_;
+    last_sequence_ = h.value;
+    stats_.ended = true;
+    return;
+  }
+  if (!ps::parse_batch(frame, options_.max_message_bytes, entries_, why)) throw protocol_error(why);
+  auto owner = buffer_;
+  for (const auto& e : entries_) {
+    if (e.sequence <= last_sequence_)
+      throw protocol_error("sequence " + std::to_string(e.sequence) + " after " +
+                           std::to_string(last_sequence_));
+    Delivery d;
+    d.topic = std::string(e.topic);
+    d.sequence = e.sequence;
+    d.dropped_before = e.sequence - last_sequence_ - 1;
+    last_sequence_ = e.sequence;
+    if (e.apart) {
+      std::vector<std::byte> payload(e.payload_bytes);
+      comm_.recv(payload.data(), payload.size(), 0, ps::payload_tag);
+      d.message = Message(std::move(payload));
+    } else {
+      d.message = Message::view(e.inline_payload.data(), e.inline_payload.size());
+      d.message.keep_alive(owner);
+    }
+    ready_bytes_ += e.payload_bytes;
+    ready_.push_back(std::move(d));
+  }
+  // Credit for the next batch now, unless this subscriber holds a window's worth already.
+  if (ready_.size() < options_.window && ready_bytes_ < options_.window_bytes) {
+    send_credit(1);
+  } else {
+    ++withheld_;
+  }
+  post_batch_receive();
+}
+
+std::optional<Delivery> SubscriberImpl::next(std::chrono::milliseconds timeout) {
+  std::lock_guard lock(mu_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (ready_.empty()) {
+    if (stats_.ended) return std::nullopt;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    Status st;
+    try {
+      st = batch_.wait(std::max(left, std::chrono::milliseconds(0)));
+    } catch (const Error& e) {
+      // Named by the publisher's address (the connection's ranks mean nothing to the caller).
+      throw Error(e.kind(), {.peer = 0,
+                             .peer_address = address_,
+                             .operation = "subscriber of " + address_,
+                             .cause = e.cause()});
+    }
+    take_batch(st.bytes);
+  }
+  Delivery d = std::move(ready_.front());
+  ready_.pop_front();
+  ready_bytes_ -= d.message.size();
+  ++stats_.delivered;
+  stats_.dropped += d.dropped_before;
+  if (withheld_ > 0 && ready_.size() <= options_.window / 2 &&
+      ready_bytes_ <= options_.window_bytes / 2) {
+    send_credit(withheld_);
+    withheld_ = 0;
+  }
+  return d;
+}
+
+}  // namespace detail
+
+Subscriber::Subscriber(std::shared_ptr<detail::SubscriberImpl> impl) : impl_(std::move(impl)) {}
+Subscriber Subscriber::connect(const std::string& address, SubscribeOptions options) {
+  return Subscriber(std::make_shared<detail::SubscriberImpl>(address, std::move(options)));
+}
+std::optional<Delivery> Subscriber::next(std::optional<std::chrono::milliseconds> timeout) {
+  return impl_->next(patterns::timeout_or_default(timeout.value_or(std::chrono::milliseconds(0))));
+}
+Subscriber::Stats Subscriber::stats() const {
+  return impl_->stats();
+}
+
+}  // namespace anview

@@ -1,0 +1,152 @@
+// Pub/sub in one process: a publisher listening on loopback, subscribers connecting by address
+// (each connection a two-rank communicator, here over shared memory).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "anview/anview.hpp"
+
+namespace anview {
+namespace {
+
+using namespace std::chrono_literals;
+
+// "m<i>" (built by append: GCC 12's -Wrestrict misfires on label(i) at -O3).
+std::string label(int i) {
+  std::string s("m");
+  s.append(std::to_string(i));
+  return s;
+}
+
+void wait_for_subscribers(const Publisher& publisher, std::size_t n) {
+  for (int i = 0; i < 2000 && publisher.subscribers() < n; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(publisher.subscribers(), n);
+}
+
+TEST(PubSub, TopicsByPrefixInOrderSmallAndLarge) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  Subscriber a = Subscriber::connect(publisher.address(), {.topics = {"a/"}});
+  Subscriber all = Subscriber::connect(publisher.address(), {.topics = {""}});
+  wait_for_subscribers(publisher, 2);
+  const std::string big(3 << 20, 'B');
+  for (int i = 0; i < 100; ++i) {
+    publisher.publish(i % 2 ? "a/odd" : "b/even", Message(label(i)));
+  }
+  publisher.publish("a/big", Message(big));
+  for (int i = 1; i < 100; i += 2) {
+    auto d = a.next(5s);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->topic, "a/odd");
+    EXPECT_EQ(d->message.text(), label(i));
+    EXPECT_EQ(d->sequence, static_cast<std::uint64_t>(i / 2 + 1));
+    EXPECT_EQ(d->dropped_before, 0u);
+  }
+  auto d = a.next(5s);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->message.text(), big);
+  for (int i = 0; i < 100; ++i) {
+    auto e = all.next(5s);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->message.text(), label(i));
+  }
+  EXPECT_EQ(all.next(5s)->message.size(), big.size());
+  publisher.close();
+  EXPECT_FALSE(a.next(5s).has_value());  // the end of the stream
+  EXPECT_TRUE(a.stats().ended);
+  EXPECT_EQ(a.stats().delivered, 51u);
+  EXPECT_EQ(a.stats().dropped, 0u);
+  EXPECT_EQ(publisher.stats().published, 101u);
+  EXPECT_EQ(publisher.stats().sent, 51u + 101u);
+}
+
+TEST(PubSub, LateSubscriberStartsAtTheNextMessage) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  for (int i = 0; i < 10; ++i) publisher.publish("t", Message("early"));
+  Subscriber s = Subscriber::connect(publisher.address());
+  wait_for_subscribers(publisher, 1);
+  publisher.publish("t", Message("first"));
+  auto d = s.next(5s);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->message.text(), "first");
+  EXPECT_EQ(d->sequence, 1u);
+  EXPECT_EQ(d->dropped_before, 0u);
+}
+
+TEST(PubSub, SlowSubscriberBlockPolicyLosesNothing) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  Subscriber s = Subscriber::connect(
+      publisher.address(), {.policy = Backpressure::block, .window = 64, .queue_limit = 100});
+  wait_for_subscribers(publisher, 1);
+  constexpr int total = 20000;
+  std::thread pub([&] {
+    for (int i = 0; i < total; ++i) publisher.publish("t", Message(std::to_string(i)));
+    publisher.close();
+  });
+  int expect = 0;
+  while (auto d = s.next(10s)) {
+    ASSERT_EQ(d->message.text(), std::to_string(expect)) << "message out of order or lost";
+    ++expect;
+    if (expect % 2000 == 0) std::this_thread::sleep_for(20ms);  // slow
+  }
+  pub.join();
+  EXPECT_EQ(expect, total);
+  EXPECT_EQ(s.stats().delivered, static_cast<std::uint64_t>(total));
+  EXPECT_EQ(s.stats().dropped, 0u);
+  EXPECT_EQ(publisher.stats().dropped, 0u);
+}
+
+TEST(PubSub, SlowSubscriberDropOldestCountsEveryDrop) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  Subscriber s = Subscriber::connect(
+      publisher.address(), {.policy = Backpressure::drop_oldest, .window = 64, .queue_limit = 100});
+  wait_for_subscribers(publisher, 1);
+  constexpr int total = 20000;
+  for (int i = 0; i < total; ++i) publisher.publish("t", Message(std::to_string(i)));
+  std::uint64_t delivered = 0, gaps = 0, last = 0;
+  std::thread closer([&] {
+    std::this_thread::sleep_for(200ms);
+    publisher.close();
+  });
+  while (auto d = s.next(10s)) {
+    ++delivered;
+    gaps += d->dropped_before;
+    EXPECT_EQ(d->sequence, last + d->dropped_before + 1);
+    EXPECT_EQ(d->message.text(), std::to_string(d->sequence - 1));
+    last = d->sequence;
+  }
+  closer.join();
+  const auto stats = s.stats();
+  EXPECT_EQ(stats.delivered, delivered);
+  EXPECT_GT(stats.dropped, 0u);
+  EXPECT_EQ(stats.delivered + stats.dropped, static_cast<std::uint64_t>(total));
+  EXPECT_EQ(publisher.stats().dropped, stats.dropped);
+  EXPECT_GE(stats.dropped, gaps);
+}
+
+TEST(PubSub, BlockedPublisherTimesOutNamingTheSubscriber) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0", {.block_timeout = 300ms});
+  Subscriber s = Subscriber::connect(publisher.address(), {.window = 8, .queue_limit = 16});
+  wait_for_subscribers(publisher, 1);
+  try {
+    for (int i = 0; i < 100000; ++i) publisher.publish("t", Message("x"));
+    FAIL() << "publish never blocked";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::timeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("subscriber connection"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PubSub, SubscribingToAnRpcServerIsAClearError) {
+  RpcServer server = RpcServer::listen("127.0.0.1:0");
+  try {
+    Subscriber::connect(server.address(), {.connect_timeout = 2s});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::usage);
+    EXPECT_NE(std::string(e.what()).find("serves rpc, not pubsub"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace anview
