@@ -24,6 +24,19 @@ CommunicatorOptions connection_options(const std::string& service, std::uint64_t
 
 }  // namespace
 
+bool wait_unless_stopping(Request& request, const std::atomic<bool>& stopping) {
+  constexpr auto slice = std::chrono::milliseconds(100);
+  for (;;) {
+    try {
+      request.wait(slice);
+      return true;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::timeout) throw;
+      if (stopping.load(std::memory_order_acquire)) return false;
+    }
+  }
+}
+
 std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested) {
   return requested.count() > 0 ? requested : base::timeout_setting().as_duration();
 }

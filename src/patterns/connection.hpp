@@ -39,6 +39,7 @@ class Listener {
 
   std::string address() const { return address_; }
   bool stopping() const { return stopping_.load(std::memory_order_acquire); }
+  const std::atomic<bool>& stop_flag() const { return stopping_; }
   // Stops accepting and joins every connection thread (they must notice stopping()).
   void stop();
 
@@ -66,6 +67,11 @@ class Listener {
 // rank 0 of the returned communicator.
 Communicator connect_to(const std::string& address, const std::string& service,
                         std::chrono::milliseconds timeout);
+
+// Waits for `request` in slices, checking `stopping` between them (a server's connection threads
+// wait for their next request this way); false when `stopping` turned true first. Raises the
+// request's Error.
+bool wait_unless_stopping(Request& request, const std::atomic<bool>& stopping);
 
 // ANVIEW_TIMEOUT where `requested` is zero.
 std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested);

@@ -21,7 +21,6 @@ namespace {
 // Batches a subscriber may hold unacknowledged: the first messages go at once; while they
 // travel, later ones gather into the next batch (acknowledgement-clocked batching).
 constexpr std::uint32_t batches_in_flight = 4;
-constexpr auto stop_poll = std::chrono::milliseconds(100);
 // Payload bytes sent apart that one batch carries at most: a batch's payloads travel by
 // rendezvous all at once, and thousands of them outstanding slow the transport down (1 MiB
 // messages: 0.25 GB/s in batches of thousands, 14 GB/s in batches of four).
@@ -168,15 +167,7 @@ class PublisherImpl {
  private:
   void serve(Communicator comm, std::uint64_t id);
   bool wait_or_stop(Request& r) {
-    for (;;) {
-      try {
-        r.wait(stop_poll);
-        return true;
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::timeout) throw;
-        if (listener_->stopping()) return false;
-      }
-    }
+    return patterns::wait_unless_stopping(r, listener_->stop_flag());
   }
 
   std::chrono::milliseconds block_timeout_;

@@ -16,7 +16,6 @@ namespace detail {
 
 using rpc::receive_body;
 using rpc::send_with_body;
-constexpr auto stop_poll = std::chrono::milliseconds(100);
 
 std::string RpcEndpoint::peer_name(int peer) const {
   if (source == any_source) return "rank " + std::to_string(peer);
@@ -105,18 +104,6 @@ void RpcServerImpl::shutdown() {
   pool_.reset();  // runs the handlers already queued; they answer
 }
 
-bool RpcServerImpl::wait_or_stop(Request& request) {
-  for (;;) {
-    try {
-      request.wait(stop_poll);
-      return true;
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::timeout) throw;
-      if (stopping_.load(std::memory_order_acquire)) return false;
-    }
-  }
-}
-
 void RpcServerImpl::fail_running(RpcEndpoint& endpoint) {
   std::vector<std::shared_ptr<RpcServerCall>> calls;
   {
@@ -135,7 +122,7 @@ void RpcServerImpl::serve_endpoint(const std::shared_ptr<RpcEndpoint>& endpoint)
     Request r =
         endpoint->comm.irecv(buffer.data(), buffer.size(), endpoint->source, rpc::request_tag);
     try {
-      if (!wait_or_stop(r)) {
+      if (!patterns::wait_unless_stopping(r, stopping_)) {
         r.cancel();
         fail_running(*endpoint);
         return;

@@ -71,8 +71,6 @@ class RpcServerImpl : public std::enable_shared_from_this<RpcServerImpl> {
   void dispatch(std::shared_ptr<RpcServerCall> call, Message request);
   // Answers the calls `endpoint` still runs: "the server is shutting down".
   void fail_running(RpcEndpoint& endpoint);
-  // Waits for `request`, polling stopping_; false when the server stops first.
-  bool wait_or_stop(Request& request);
 
   ServerOptions options_;
   patterns::rpc::Limits limits_;

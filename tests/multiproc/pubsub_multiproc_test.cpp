@@ -10,10 +10,13 @@
 #include <thread>
 
 #include "anview/anview.hpp"
+#include "support/child_process.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+using anview::testing::read_line;
+using anview::testing::wait_exit;
 
 constexpr int total = 200000;
 
@@ -43,19 +46,6 @@ pid_t start_publisher(int& address_fd, int count) {
   ::close(fds[1]);
   address_fd = fds[0];
   return pid;
-}
-
-std::string read_line(int fd) {
-  std::string line;
-  char c;
-  while (::read(fd, &c, 1) == 1 && c != '\n') line += c;
-  return line;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 void slow_subscriber(anview::Backpressure policy) {

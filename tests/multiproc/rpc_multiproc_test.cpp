@@ -14,10 +14,13 @@
 #include <vector>
 
 #include "anview/anview.hpp"
+#include "support/child_process.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+using anview::testing::read_line;
+using anview::testing::wait_exit;
 
 // A server process: prints its address on `out`, answers "echo", parks "park" calls (never
 // answers them) and writes one byte on `out` per parked call. Runs until killed.
@@ -53,13 +56,6 @@ pid_t start_server(int& address_fd) {
   ::close(fds[1]);
   address_fd = fds[0];
   return pid;
-}
-
-std::string read_line(int fd) {
-  std::string line;
-  char c;
-  while (::read(fd, &c, 1) == 1 && c != '\n') line += c;
-  return line;
 }
 
 void stop(pid_t pid) {
