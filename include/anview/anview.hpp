@@ -6,6 +6,7 @@
 #include "anview/error.hpp"
 #include "anview/message.hpp"
 #include "anview/metrics.hpp"
+#include "anview/param_server.hpp"
 #include "anview/pubsub.hpp"
 #include "anview/request.hpp"
 #include "anview/rpc.hpp"

@@ -23,29 +23,17 @@ constexpr int total = 200000;
 // A publisher process: writes its address to `out`, waits for one subscriber, publishes
 // `count` messages ("0", "1", ...) and closes (count < 0: publishes until killed).
 pid_t start_publisher(int& address_fd, int count) {
-  int fds[2];
-  if (::pipe(fds) != 0) std::abort();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    try {
-      anview::Publisher publisher = anview::Publisher::listen("127.0.0.1:0");
-      const std::string address = publisher.address() + "\n";
-      if (::write(fds[1], address.data(), address.size()) != static_cast<ssize_t>(address.size()))
-        std::_Exit(3);
-      while (publisher.subscribers() < 1) std::this_thread::sleep_for(1ms);
-      for (long i = 0; count < 0 || i < count; ++i)
-        publisher.publish("t", anview::Message(std::to_string(i)));
-      publisher.close();
-      std::_Exit(0);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "publisher: %s\n", e.what());
-      std::_Exit(2);
-    }
-  }
-  ::close(fds[1]);
-  address_fd = fds[0];
-  return pid;
+  const auto child = anview::testing::fork_child("publisher", [count](int out) {
+    anview::Publisher publisher = anview::Publisher::listen("127.0.0.1:0");
+    anview::testing::write_line(out, publisher.address());
+    while (publisher.subscribers() < 1) std::this_thread::sleep_for(1ms);
+    for (long i = 0; count < 0 || i < count; ++i)
+      publisher.publish("t", anview::Message(std::to_string(i)));
+    publisher.close();
+    return 0;
+  });
+  address_fd = child.fd;
+  return child.pid;
 }
 
 void slow_subscriber(anview::Backpressure policy) {

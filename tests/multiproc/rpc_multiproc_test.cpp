@@ -25,37 +25,25 @@ using anview::testing::wait_exit;
 // A server process: prints its address on `out`, answers "echo", parks "park" calls (never
 // answers them) and writes one byte on `out` per parked call. Runs until killed.
 pid_t start_server(int& address_fd) {
-  int fds[2];
-  if (::pipe(fds) != 0) std::abort();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    try {
-      anview::RpcServer server = anview::RpcServer::listen("127.0.0.1:0");
-      server.add_method("echo",
-                        [](const anview::CallContext&, const anview::Message& m) { return m; });
-      std::vector<anview::Responder> parked;
-      std::mutex mu;
-      const int out = fds[1];
-      server.add_async_method(
-          "park", [&](const anview::CallContext&, const anview::Message&, anview::Responder r) {
-            std::lock_guard lock(mu);
-            parked.push_back(std::move(r));
-            const char one = 1;
-            if (::write(out, &one, 1) != 1) std::_Exit(3);
-          });
-      const std::string address = server.address() + "\n";
-      if (::write(out, address.data(), address.size()) != static_cast<ssize_t>(address.size()))
-        std::_Exit(3);
-      for (;;) ::pause();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "server: %s\n", e.what());
-      std::_Exit(2);
-    }
-  }
-  ::close(fds[1]);
-  address_fd = fds[0];
-  return pid;
+  const auto child = anview::testing::fork_child("server", [](int out) {
+    anview::RpcServer server = anview::RpcServer::listen("127.0.0.1:0");
+    server.add_method("echo",
+                      [](const anview::CallContext&, const anview::Message& m) { return m; });
+    std::vector<anview::Responder> parked;
+    std::mutex mu;
+    server.add_async_method(
+        "park", [&](const anview::CallContext&, const anview::Message&, anview::Responder r) {
+          std::lock_guard lock(mu);
+          parked.push_back(std::move(r));
+          const char one = 1;
+          if (::write(out, &one, 1) != 1) std::_Exit(3);
+        });
+    anview::testing::write_line(out, server.address());
+    for (;;) ::pause();
+    return 0;
+  });
+  address_fd = child.fd;
+  return child.pid;
 }
 
 void stop(pid_t pid) {
@@ -66,28 +54,23 @@ void stop(pid_t pid) {
 
 // 10,000 calls in flight from one client, replies checked.
 int client_calls(const std::string& address, int id) {
-  try {
-    anview::RpcClient client = anview::RpcClient::connect(address);
-    constexpr int calls = 10000;
-    std::vector<std::string> texts(calls);
-    std::vector<anview::RpcCall> inflight;
-    inflight.reserve(calls);
-    for (int i = 0; i < calls; ++i) {
-      texts[i] = std::to_string(id) + "/" + std::to_string(i) + std::string(i % 300, '#');
-      inflight.push_back(
-          client.call("echo", anview::Message::view(texts[i].data(), texts[i].size())));
-    }
-    for (int i = 0; i < calls; ++i) {
-      if (inflight[i].get().text() != texts[i]) {
-        std::fprintf(stderr, "client %d: wrong reply to call %d\n", id, i);
-        return 1;
-      }
-    }
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "client %d: %s\n", id, e.what());
-    return 2;
+  anview::RpcClient client = anview::RpcClient::connect(address);
+  constexpr int calls = 10000;
+  std::vector<std::string> texts(calls);
+  std::vector<anview::RpcCall> inflight;
+  inflight.reserve(calls);
+  for (int i = 0; i < calls; ++i) {
+    texts[i] = std::to_string(id) + "/" + std::to_string(i) + std::string(i % 300, '#');
+    inflight.push_back(
+        client.call("echo", anview::Message::view(texts[i].data(), texts[i].size())));
   }
+  for (int i = 0; i < calls; ++i) {
+    if (inflight[i].get().text() != texts[i]) {
+      std::fprintf(stderr, "client %d: wrong reply to call %d\n", id, i);
+      return 1;
+    }
+  }
+  return 0;
 }
 
 TEST(MultiprocRpc, ThreeClientProcessesTenThousandCallsEach) {
@@ -97,9 +80,10 @@ TEST(MultiprocRpc, ThreeClientProcessesTenThousandCallsEach) {
   ASSERT_FALSE(address.empty());
   std::vector<pid_t> clients;
   for (int c = 0; c < 3; ++c) {
-    const pid_t pid = ::fork();
-    if (pid == 0) std::_Exit(client_calls(address, c));
-    clients.push_back(pid);
+    const auto child =
+        anview::testing::fork_child("client", [&](int) { return client_calls(address, c); });
+    ::close(child.fd);
+    clients.push_back(child.pid);
   }
   for (pid_t pid : clients) {
     int status = 0;

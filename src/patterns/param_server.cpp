@@ -1,0 +1,393 @@
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "anview/param_server.hpp"
+#include "base/log.hpp"
+#include "patterns/param_protocol.hpp"
+
+namespace anview {
+
+namespace param = patterns::param;
+
+namespace detail {
+namespace {
+
+bool supported(DataType t) {
+  return t == DataType::float32 || t == DataType::float64 || t == DataType::int32 ||
+         t == DataType::int64;
+}
+
+template <typename T>
+void add_scaled(std::byte* dst, const std::byte* src, std::size_t count, int divisor) {
+  for (std::size_t i = 0; i < count; ++i) {
+    T a, b;
+    std::memcpy(&a, dst + i * sizeof(T), sizeof(T));
+    std::memcpy(&b, src + i * sizeof(T), sizeof(T));
+    a += divisor > 1 ? static_cast<T>(b / static_cast<T>(divisor)) : b;
+    std::memcpy(dst + i * sizeof(T), &a, sizeof(T));
+  }
+}
+
+// dst += src / divisor, elementwise.
+void accumulate(DataType t, std::vector<std::byte>& dst, const std::byte* src, int divisor) {
+  const std::size_t n = dst.size() / size_of(t);
+  switch (t) {
+    case DataType::float32:
+      add_scaled<float>(dst.data(), src, n, divisor);
+      break;
+    case DataType::float64:
+      add_scaled<double>(dst.data(), src, n, divisor);
+      break;
+    case DataType::int32:
+      add_scaled<std::int32_t>(dst.data(), src, n, divisor);
+      break;
+    case DataType::int64:
+      add_scaled<std::int64_t>(dst.data(), src, n, divisor);
+      break;
+    default:
+      break;  // refused before
+  }
+}
+
+struct StepSum {
+  std::vector<std::byte> sum;
+  int count = 0;
+};
+
+struct Key {
+  DataType type = DataType::float32;
+  std::vector<std::byte> value;
+  bool provisional = false;   // created while its ring was unsettled: pulls wait for settle
+  std::uint64_t applied = 0;  // synchronous: the last step applied
+  std::map<std::uint64_t, StepSum> steps;                  // synchronous: steps being pushed
+  std::vector<std::pair<std::uint64_t, Responder>> pulls;  // waiting for a step (or settle)
+};
+
+}  // namespace
+
+class ParamServerImpl {
+ public:
+  explicit ParamServerImpl(const std::string& host_port, ParamServerOptions options);
+  std::string address() const { return self_; }
+  std::size_t keys() const {
+    std::lock_guard lock(mu_);
+    return keys_.size();
+  }
+  void shutdown() { rpc_.shutdown(); }
+
+ private:
+  // Handlers (mu_ taken inside).
+  void push(const Message& request, Responder reply);
+  void pull(const Message& request, Responder reply);
+  Message set(const Message& request);
+  Message ring(const Message& request);
+  Message adopt(const Message& request);
+  Message settle(const Message& request);
+
+  // mu_ held: the moved reply when `key` is not this server's, else empty.
+  std::optional<Message> moved(std::string_view key) const;
+  Key& key_for(const std::string& name, DataType type, std::size_t bytes);
+  void apply_ready(Key& key);
+  // Answers the pulls of `key` that can be answered now.
+  void answer_pulls(Key& key);
+  static const Tensor& values(const Message& m, std::string_view what);
+  Message value_reply(const Key& key) const;
+
+  ParamServerOptions options_;
+  RpcServer rpc_;
+  std::string self_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Key> keys_;
+  std::uint64_t epoch_ = 0;
+  HashRing ring_;
+  bool settled_ = true;
+  // Pulls of keys not here yet while the ring is unsettled (they may be on their way).
+  std::unordered_map<std::string, std::vector<std::pair<std::uint64_t, Responder>>> orphan_pulls_;
+  std::mutex peers_mu_;
+  std::map<std::string, RpcClient> peers_;
+};
+
+ParamServerImpl::ParamServerImpl(const std::string& host_port, ParamServerOptions options)
+    : options_(options), rpc_(RpcServer::listen(host_port, options.rpc)), self_(rpc_.address()) {
+  if (options_.workers < 1)
+    throw Error(ErrorKind::usage, {.operation = "param server",
+                                   .cause = "workers is " + std::to_string(options_.workers)});
+  rpc_.add_async_method(param::push_method, [this](const CallContext&, const Message& m,
+                                                   Responder r) { push(m, std::move(r)); });
+  rpc_.add_async_method(param::pull_method, [this](const CallContext&, const Message& m,
+                                                   Responder r) { pull(m, std::move(r)); });
+  rpc_.add_method(param::set_method,
+                  [this](const CallContext&, const Message& m) { return set(m); });
+  rpc_.add_method(param::ring_method,
+                  [this](const CallContext&, const Message& m) { return ring(m); });
+  rpc_.add_method(param::adopt_method,
+                  [this](const CallContext&, const Message& m) { return adopt(m); });
+  rpc_.add_method(param::settle_method,
+                  [this](const CallContext&, const Message& m) { return settle(m); });
+}
+
+const Tensor& ParamServerImpl::values(const Message& m, std::string_view what) {
+  if (m.tensors().empty() || !supported(m.tensors()[0].dtype))
+    throw Error(ErrorKind::usage,
+                {.operation = std::string(what),
+                 .cause = "values must be one tensor of float32, float64, int32 or int64"});
+  return m.tensors()[0];
+}
+
+std::optional<Message> ParamServerImpl::moved(std::string_view key) const {
+  // Without a ring yet (a server joining), the empty ring of epoch 0: the client asks again.
+  if (epoch_ == 0) return Message(std::string(param::moved_reply) + "0 1\n");
+  if (ring_.owner(key) == self_) return std::nullopt;
+  return Message(std::string(param::moved_reply) + param::ring_text(epoch_, ring_));
+}
+
+Key& ParamServerImpl::key_for(const std::string& name, DataType type, std::size_t bytes) {
+  auto [it, created] = keys_.try_emplace(name);
+  Key& key = it->second;
+  if (created) {
+    key.type = type;
+    key.value.assign(bytes, std::byte{0});
+    key.provisional = !settled_;
+    if (auto orphans = orphan_pulls_.find(name); orphans != orphan_pulls_.end()) {
+      key.pulls = std::move(orphans->second);
+      orphan_pulls_.erase(orphans);
+    }
+  } else if (key.type != type || key.value.size() != bytes) {
+    throw std::runtime_error(
+        "key '" + name + "' holds " + std::to_string(key.value.size() / size_of(key.type)) + " " +
+        std::string(name_of(key.type)) + "; this has " + std::to_string(bytes / size_of(type)) +
+        " " + std::string(name_of(type)));
+  }
+  return key;
+}
+
+Message ParamServerImpl::value_reply(const Key& key) const {
+  auto copy = std::make_shared<std::vector<std::byte>>(key.value);
+  Message m(param::ok_reply);
+  m.add_tensor({.dtype = key.type,
+                .shape = {static_cast<std::int64_t>(copy->size() / size_of(key.type))},
+                .data = copy->data()});
+  m.keep_alive(copy);
+  return m;
+}
+
+void ParamServerImpl::apply_ready(Key& key) {
+  const int divisor = options_.aggregation == Aggregation::average ? options_.workers : 1;
+  for (auto it = key.steps.begin(); it != key.steps.end() && it->first == key.applied + 1 &&
+                                    it->second.count == options_.workers;
+       it = key.steps.erase(it)) {
+    accumulate(key.type, key.value, it->second.sum.data(), divisor);
+    key.applied = it->first;
+  }
+}
+
+void ParamServerImpl::answer_pulls(Key& key) {
+  if (key.provisional) return;
+  std::vector<std::pair<std::uint64_t, Responder>> waiting;
+  waiting.swap(key.pulls);
+  for (auto& [step, responder] : waiting) {
+    if (!options_.synchronous || step <= key.applied) {
+      responder.reply(value_reply(key));
+    } else {
+      key.pulls.emplace_back(step, std::move(responder));
+    }
+  }
+}
+
+void ParamServerImpl::push(const Message& request, Responder reply) {
+  const auto ls = param::lines(request.text());
+  const auto step = ls.size() >= 2 ? param::number(ls[1]) : std::nullopt;
+  if (ls.size() < 2 || !step) throw std::runtime_error("a push needs a key and a step");
+  const Tensor& t = values(request, "push");
+  const std::string name(ls[0]);
+  std::lock_guard lock(mu_);
+  if (auto m = moved(name)) return reply.reply(*m);
+  Key& key = key_for(name, t.dtype, t.bytes());
+  const auto* data = static_cast<const std::byte*>(t.data);
+  if (!options_.synchronous) {
+    accumulate(key.type, key.value, data,
+               options_.aggregation == Aggregation::average ? options_.workers : 1);
+  } else {
+    if (*step == 0 || *step <= key.applied)
+      throw std::runtime_error("step " + std::to_string(*step) + " of '" + name +
+                               "' is not after the last applied (" + std::to_string(key.applied) +
+                               ")");
+    StepSum& s = key.steps[*step];
+    if (s.sum.empty()) s.sum.assign(key.value.size(), std::byte{0});
+    if (s.count >= options_.workers)
+      throw std::runtime_error("step " + std::to_string(*step) + " of '" + name +
+                               "' has all its pushes already");
+    accumulate(key.type, s.sum, data, 1);
+    ++s.count;
+    apply_ready(key);
+  }
+  answer_pulls(key);
+  reply.reply(Message(param::ok_reply));
+}
+
+void ParamServerImpl::pull(const Message& request, Responder reply) {
+  const auto ls = param::lines(request.text());
+  const auto step = ls.size() >= 2 ? param::number(ls[1]) : std::nullopt;
+  if (ls.size() < 2 || !step) throw std::runtime_error("a pull needs a key and a step");
+  const std::string name(ls[0]);
+  std::lock_guard lock(mu_);
+  if (auto m = moved(name)) return reply.reply(*m);
+  auto it = keys_.find(name);
+  if (it == keys_.end()) {
+    if (settled_) throw std::runtime_error("no key '" + name + "' on " + self_);
+    orphan_pulls_[name].emplace_back(*step, std::move(reply));  // it may be on its way here
+    return;
+  }
+  it->second.pulls.emplace_back(*step, std::move(reply));
+  answer_pulls(it->second);
+}
+
+Message ParamServerImpl::set(const Message& request) {
+  const auto ls = param::lines(request.text());
+  if (ls.empty()) throw std::runtime_error("a set needs a key");
+  const Tensor& t = values(request, "set");
+  const std::string name(ls[0]);
+  std::lock_guard lock(mu_);
+  if (auto m = moved(name)) return *m;
+  auto& key = keys_[name];
+  key.type = t.dtype;
+  key.value.assign(static_cast<const std::byte*>(t.data),
+                   static_cast<const std::byte*>(t.data) + t.bytes());
+  key.steps.clear();
+  answer_pulls(key);
+  return Message(param::ok_reply);
+}
+
+Message ParamServerImpl::ring(const Message& request) {
+  auto state = param::parse_ring(request.text());
+  if (!state || state->ring.servers().empty()) throw std::runtime_error("a malformed ring");
+  std::vector<std::pair<std::string, Key>> leaving;
+  std::vector<std::pair<std::string, std::vector<std::pair<std::uint64_t, Responder>>>> orphans;
+  {
+    std::lock_guard lock(mu_);
+    if (state->epoch > epoch_) {
+      epoch_ = state->epoch;
+      ring_ = std::move(state->ring);
+      settled_ = epoch_ == 1;  // the first ring moves nothing
+      for (auto it = keys_.begin(); it != keys_.end();) {
+        if (ring_.owner(it->first) != self_) {
+          leaving.emplace_back(it->first, std::move(it->second));
+          it = keys_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    const Message moved_to(std::string(param::moved_reply) + param::ring_text(epoch_, ring_));
+    for (auto& [name, key] : leaving) {
+      for (auto& [step, responder] : key.pulls) responder.reply(moved_to);  // they follow it
+      key.pulls.clear();
+    }
+    for (auto it = orphan_pulls_.begin(); it != orphan_pulls_.end();) {
+      if (ring_.owner(it->first) != self_) {
+        for (auto& [step, responder] : it->second) responder.reply(moved_to);
+        it = orphan_pulls_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Hand the keys to their new owners (outside the lock: the owner may call back).
+  for (auto& [name, key] : leaving) {
+    std::string header =
+        name + "\n" + std::string(name_of(key.type)) + "\n" + std::to_string(key.applied) + "\n";
+    for (const auto& [step, sum] : key.steps)
+      header += std::to_string(step) + " " + std::to_string(sum.count) + "\n";
+    Message m(header);
+    const auto count = static_cast<std::int64_t>(key.value.size() / size_of(key.type));
+    m.add_tensor({.dtype = key.type, .shape = {count}, .data = key.value.data()});
+    for (const auto& [step, sum] : key.steps)
+      m.add_tensor({.dtype = key.type, .shape = {count}, .data = sum.sum.data()});
+    std::string owner;
+    {
+      std::lock_guard lock(mu_);
+      owner = ring_.owner(name);
+    }
+    RpcClient* peer;
+    {
+      std::lock_guard lock(peers_mu_);
+      auto it = peers_.find(owner);
+      if (it == peers_.end()) it = peers_.emplace(owner, RpcClient::connect(owner)).first;
+      peer = &it->second;
+    }
+    peer->call_sync(param::adopt_method, m);  // raises: the move failed, the ring call fails
+  }
+  std::lock_guard lock(mu_);
+  base::log("ps", base::LogLevel::info, "param server ", self_, ": ring epoch ", epoch_, ", ",
+            leaving.size(), " keys handed over, ", keys_.size(), " kept");
+  return Message(std::string(param::ok_reply) + param::ring_text(epoch_, ring_));
+}
+
+Message ParamServerImpl::adopt(const Message& request) {
+  const auto ls = param::lines(request.text());
+  if (ls.size() < 3) throw std::runtime_error("a malformed handover");
+  const std::string name(ls[0]);
+  const auto applied = param::number(ls[2]);
+  const auto type = data_type_named(ls[1]);
+  if (!applied || !type || request.tensors().size() != ls.size() - 2)
+    throw std::runtime_error("a malformed handover of '" + name + "'");
+  const Tensor& value = values(request, "adopt");
+  std::lock_guard lock(mu_);
+  // Pushes that reached this server first are added: aggregation is linear.
+  Key& key = key_for(name, *type, value.bytes());
+  accumulate(key.type, key.value, static_cast<const std::byte*>(value.data), 1);
+  key.applied = std::max(key.applied, *applied);
+  for (std::size_t i = 3; i < ls.size(); ++i) {
+    const auto space = ls[i].find(' ');
+    const auto step = param::number(ls[i].substr(0, space));
+    const auto count =
+        space == std::string_view::npos ? std::nullopt : param::number(ls[i].substr(space + 1));
+    const Tensor& sum = request.tensors()[i - 2];
+    if (!step || !count || sum.bytes() != key.value.size())
+      throw std::runtime_error("a malformed step in the handover of '" + name + "'");
+    StepSum& s = key.steps[*step];
+    if (s.sum.empty()) s.sum.assign(key.value.size(), std::byte{0});
+    accumulate(key.type, s.sum, static_cast<const std::byte*>(sum.data), 1);
+    s.count += static_cast<int>(*count);
+  }
+  apply_ready(key);
+  answer_pulls(key);
+  return Message(param::ok_reply);
+}
+
+Message ParamServerImpl::settle(const Message& request) {
+  const auto epoch = param::number(request.text());
+  std::lock_guard lock(mu_);
+  if (epoch && *epoch == epoch_) {
+    settled_ = true;
+    for (auto& [name, key] : keys_) {
+      key.provisional = false;
+      answer_pulls(key);
+    }
+    for (auto& [name, pulls] : orphan_pulls_) {
+      for (auto& [step, responder] : pulls) responder.fail("no key '" + name + "' on " + self_);
+    }
+    orphan_pulls_.clear();
+  }
+  return Message(param::ok_reply);
+}
+
+}  // namespace detail
+
+ParamServer::ParamServer(std::shared_ptr<detail::ParamServerImpl> impl) : impl_(std::move(impl)) {}
+ParamServer ParamServer::listen(const std::string& host_port, ParamServerOptions options) {
+  return ParamServer(std::make_shared<detail::ParamServerImpl>(host_port, options));
+}
+std::string ParamServer::address() const {
+  return impl_->address();
+}
+std::size_t ParamServer::keys() const {
+  return impl_->keys();
+}
+void ParamServer::shutdown() {
+  impl_->shutdown();
+}
+
+}  // namespace anview

@@ -1,0 +1,140 @@
+// The parameter server in one process: servers listening on loopback, workers as threads with
+// their own ParamClient (real connections, here over shared memory).
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <unordered_map>
+
+#include "anview/anview.hpp"
+#include "anview/param_server.hpp"
+
+namespace anview {
+namespace {
+
+std::string key_name(int k) {
+  std::string s("layer");
+  s.append(std::to_string(k));
+  return s;
+}
+
+TEST(HashRing, AddingAServerMovesAboutOneNthOfTheKeysAllToIt) {
+  HashRing ring({"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000", "10.0.0.4:7000"});
+  constexpr int keys = 20000;
+  std::unordered_map<std::string, int> load;
+  std::vector<std::string> before(keys);
+  for (int k = 0; k < keys; ++k) {
+    before[k] = ring.owner(key_name(k));
+    ++load[before[k]];
+  }
+  for (const auto& [server, n] : load) {
+    EXPECT_GT(n, keys / 4 * 0.7) << server;  // virtual nodes keep the shares even
+    EXPECT_LT(n, keys / 4 * 1.3) << server;
+  }
+  ring.add("10.0.0.5:7000");
+  int moved = 0;
+  for (int k = 0; k < keys; ++k) {
+    const auto& now = ring.owner(key_name(k));
+    if (now != before[k]) {
+      ++moved;
+      EXPECT_EQ(now, "10.0.0.5:7000");
+    }
+  }
+  const double fraction = static_cast<double>(moved) / keys;
+  EXPECT_GT(fraction, 0.2 * 0.7);
+  EXPECT_LT(fraction, 0.2 * 1.3);
+  ring.remove("10.0.0.5:7000");
+  for (int k = 0; k < keys; ++k) EXPECT_EQ(ring.owner(key_name(k)), before[k]);
+}
+
+// Worker w's push for step s, key k, element i (small integers: float sums stay exact).
+float gradient(int w, int s, int k, int i) {
+  return static_cast<float>((w + 1) * (s + k) + i % 7);
+}
+
+TEST(ParamServer, SynchronousFourWorkersMatchALocalSumWhileAServerJoins) {
+  constexpr int workers = 4, keys = 24, elements = 100, steps = 10;
+  const ParamServerOptions options{.synchronous = true, .workers = workers};
+  ParamServer a = ParamServer::listen("127.0.0.1:0", options);
+  ParamServer b = ParamServer::listen("127.0.0.1:0", options);
+  ParamServer c = ParamServer::listen("127.0.0.1:0", options);  // joins at step 5
+  std::vector<std::string> failures(workers);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        ParamClient client = ParamClient::connect({a.address(), b.address()},
+                                                  {.deadline = std::chrono::seconds(30)});
+        std::vector<float> grad(elements), got(elements);
+        for (int s = 1; s <= steps; ++s) {
+          if (w == 0 && s == 5) client.add_server(c.address());
+          for (int k = 0; k < keys; ++k) {
+            for (int i = 0; i < elements; ++i) grad[i] = gradient(w, s, k, i);
+            client.push(key_name(k), grad.data(), elements, DataType::float32, s);
+          }
+          for (int k = 0; k < keys; ++k) {
+            client.pull(key_name(k), got.data(), elements, DataType::float32, s);
+            for (int i = 0; i < elements; ++i) {
+              float expect = 0;
+              for (int ss = 1; ss <= s; ++ss)
+                for (int ww = 0; ww < workers; ++ww) expect += gradient(ww, ss, k, i);
+              if (got[i] != expect) {
+                failures[w] = "worker " + std::to_string(w) + " step " + std::to_string(s) +
+                              " key " + std::to_string(k) + "[" + std::to_string(i) +
+                              "]: " + std::to_string(got[i]) + " != " + std::to_string(expect);
+                return;
+              }
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        failures[w] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& f : failures) EXPECT_EQ(f, "");
+  EXPECT_EQ(a.keys() + b.keys() + c.keys(), static_cast<std::size_t>(keys));  // none lost
+  EXPECT_GT(c.keys(), 0u);
+  EXPECT_LT(c.keys(), static_cast<std::size_t>(keys) * 2 / 3);
+}
+
+TEST(ParamServer, AsynchronousAverageAndRemovingAServer) {
+  const ParamServerOptions options{.workers = 2, .aggregation = Aggregation::average};
+  ParamServer a = ParamServer::listen("127.0.0.1:0", options);
+  ParamServer b = ParamServer::listen("127.0.0.1:0", options);
+  ParamClient client = ParamClient::connect({a.address(), b.address()});
+  const double ones[3] = {2, 4, 6};
+  for (int k = 0; k < 40; ++k) {
+    client.push(key_name(k), ones, 3, DataType::float64);
+    client.push(key_name(k), ones, 3, DataType::float64);
+  }
+  client.remove_server(b.address());
+  EXPECT_EQ(a.keys(), 40u);
+  EXPECT_EQ(b.keys(), 0u);
+  double got[3];
+  for (int k = 0; k < 40; ++k) {
+    client.pull(key_name(k), got, 3, DataType::float64);
+    EXPECT_EQ(got[0], 2.0);  // (2 / 2) * 2 pushes
+    EXPECT_EQ(got[2], 6.0);
+  }
+}
+
+TEST(ParamServer, MismatchedPushIsAnErrorNamingTheKey) {
+  ParamServer a = ParamServer::listen("127.0.0.1:0");
+  ParamClient client = ParamClient::connect({a.address()});
+  const float v[4] = {1, 2, 3, 4};
+  client.set("w", v, 4, DataType::float32);
+  try {
+    client.push("w", v, 3, DataType::float32);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::remote);
+    EXPECT_NE(std::string(e.what()).find("key 'w' holds 4 float32"), std::string::npos) << e.what();
+  }
+  float got[4];
+  client.pull("w", got, 4, DataType::float32);
+  EXPECT_EQ(got[3], 4.0f);
+}
+
+}  // namespace
+}  // namespace anview
