@@ -19,6 +19,8 @@ packages=(
   curl python3-prometheus-client
   # the Python package and the PyTorch backend (python/), their tests and benchmark
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch libtorch-dev
+  # the optional protobuf helper of RPC (include/anview/rpc_protobuf.hpp) and its test
+  libprotobuf-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -4,8 +4,8 @@
 #      Python package and PyTorch backend with pytest);
 #   2. ASan+UBSan build, every test;
 #   3. TSan build of the unit tests (the threaded core: thread-per-rank communicators);
-#   4. the fuzz targets with clang's libFuzzer, 30 s each (scripts/fuzz.sh; six targets, two
-#      at a time: 90 s, which keeps the whole run under 30 minutes on a 2-core machine).
+#   4. the fuzz targets with clang's libFuzzer, 30 s each (scripts/fuzz.sh; eight targets, two
+#      at a time: 120 s).
 # Tests run one at a time: the multi-process tests start several ranks each, and a 2-core
 # machine has no room for two of them at once.
 set -euo pipefail

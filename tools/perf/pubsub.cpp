@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sweep.hpp"
+#include "verdict.hpp"
 
 namespace perf {
 namespace {
@@ -101,7 +102,7 @@ long run_pubsub(anview::Communicator& comm, const PubSubOptions& o) {
     }
     comm.barrier();
   }
-  comm.broadcast(&wrong, 1, anview::DataType::int64, 1);
+  wrong = share_verdict(comm, wrong, 1);
   return wrong;
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sweep.hpp"
+#include "verdict.hpp"
 
 namespace perf {
 namespace {
@@ -129,7 +130,7 @@ long run_rpc(anview::Communicator& comm, const RpcOptions& o) {
   address.resize(length);
   comm.broadcast(address.data(), length, anview::DataType::uint8, 0);
   if (comm.rank() == 1) wrong = measure(address, o);
-  comm.broadcast(&wrong, 1, anview::DataType::int64, 1);
+  wrong = share_verdict(comm, wrong, 1);
   if (server) server->shutdown();
   return wrong;
 }
