@@ -37,6 +37,14 @@ bool wait_unless_stopping(Request& request, const std::atomic<bool>& stopping) {
   }
 }
 
+void cancel_or_finish(Request& request) {
+  if (request.cancel()) return;
+  try {
+    request.wait(std::chrono::seconds(1));
+  } catch (const Error&) {  // failed or still running: the connection is closing either way
+  }
+}
+
 std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested) {
   return requested.count() > 0 ? requested : base::timeout_setting().as_duration();
 }

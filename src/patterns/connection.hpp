@@ -73,6 +73,10 @@ Communicator connect_to(const std::string& address, const std::string& service,
 // request's Error.
 bool wait_unless_stopping(Request& request, const std::atomic<bool>& stopping);
 
+// Cancels a receive a thread stops waiting for; one that has matched already is let finish
+// (up to a second), so its buffer may be released afterwards.
+void cancel_or_finish(Request& request);
+
 // ANVIEW_TIMEOUT where `requested` is zero.
 std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested);
 

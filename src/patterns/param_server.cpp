@@ -70,6 +70,10 @@ struct Key {
 class ParamServerImpl {
  public:
   explicit ParamServerImpl(const std::string& host_port, ParamServerOptions options);
+  // The RPC server's threads run the handlers, which use the members below: stop them first.
+  ~ParamServerImpl() { rpc_.shutdown(); }
+  ParamServerImpl(const ParamServerImpl&) = delete;
+  ParamServerImpl& operator=(const ParamServerImpl&) = delete;
   std::string address() const { return self_; }
   std::size_t keys() const {
     std::lock_guard lock(mu_);

@@ -183,7 +183,7 @@ void PublisherImpl::serve(Communicator comm, std::uint64_t id) {
   std::vector<std::byte> buffer(4096);
   Request r = comm.irecv(buffer.data(), buffer.size(), 1, ps::control_tag);
   if (!wait_or_stop(r)) {
-    r.cancel();
+    patterns::cancel_or_finish(r);  // `buffer` goes away when this returns
     return;
   }
   ps::Subscription subscription;
@@ -203,7 +203,7 @@ void PublisherImpl::serve(Communicator comm, std::uint64_t id) {
     for (;;) {
       r = comm.irecv(buffer.data(), buffer.size(), 1, ps::control_tag);
       if (!wait_or_stop(r)) {
-        r.cancel();
+        patterns::cancel_or_finish(r);
         break;
       }
       ps::Header h;

@@ -123,7 +123,7 @@ void RpcServerImpl::serve_endpoint(const std::shared_ptr<RpcEndpoint>& endpoint)
         endpoint->comm.irecv(buffer.data(), buffer.size(), endpoint->source, rpc::request_tag);
     try {
       if (!patterns::wait_unless_stopping(r, stopping_)) {
-        r.cancel();
+        patterns::cancel_or_finish(r);  // `buffer` goes away when this returns
         fail_running(*endpoint);
         return;
       }

@@ -36,7 +36,6 @@ class SubscriberImpl {
 
   std::string address_;
   SubscribeOptions options_;
-  Communicator comm_;
   mutable std::mutex mu_;  // one next() at a time; stats
   std::shared_ptr<std::vector<std::byte>> buffer_;
   Request batch_;
@@ -46,6 +45,8 @@ class SubscriberImpl {
   std::uint64_t last_sequence_ = 0;
   Subscriber::Stats stats_;
   std::vector<ps::Entry> entries_;
+  // Last: destroyed first, so the receive posted into buffer_ is over before buffer_ goes.
+  Communicator comm_;
 };
 
 SubscriberImpl::SubscriberImpl(const std::string& address, SubscribeOptions options)
