@@ -19,6 +19,10 @@ const Setting& timeout_setting() {
   return timeout;
 }
 
+std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested) {
+  return requested.count() > 0 ? requested : timeout.as_duration();
+}
+
 const Setting& watchdog_setting() {
   return watchdog;
 }

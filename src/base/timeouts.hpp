@@ -2,6 +2,8 @@
 // no timeout (stores, connects, waits).
 #pragma once
 
+#include <chrono>
+
 #include "base/config.hpp"
 
 namespace anview::base {
@@ -10,6 +12,8 @@ namespace anview::base {
 // `timeout_setting().as_duration()`; a malformed value raises a usage Error naming it.
 // Do not call during static initialisation of another translation unit.
 const Setting& timeout_setting();
+// `requested` where it is positive, else ANVIEW_TIMEOUT: how callers resolve "no timeout given".
+std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested);
 // ANVIEW_WATCHDOG: how long a wait goes before the hang doctor speaks (default 60 s; 0: off).
 const Setting& watchdog_setting();
 

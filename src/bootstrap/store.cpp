@@ -19,7 +19,7 @@ StoreOptions resolve(StoreOptions options) {
                 {.rank = options.rank,
                  .operation = "store.open",
                  .cause = "negative timeout " + std::to_string(options.timeout.count()) + " ms"});
-  if (options.timeout.count() == 0) options.timeout = base::timeout_setting().as_duration();
+  options.timeout = base::timeout_or_default(options.timeout);
   return options;
 }
 

@@ -54,8 +54,7 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
                           std::to_string(size)});
   }
   if (names_process_) base::set_log_rank(rank);
-  const auto timeout =
-      options.timeout.count() > 0 ? options.timeout : base::timeout_setting().as_duration();
+  const auto timeout = base::timeout_or_default(options.timeout);
   p2p::MessengerConfig config{
       .rank = rank,
       .world_size = size,

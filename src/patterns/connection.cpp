@@ -37,6 +37,15 @@ bool wait_unless_stopping(Request& request, const std::atomic<bool>& stopping) {
   }
 }
 
+void send_owned(Communicator& comm, int peer, Tag tag, std::vector<std::byte> bytes,
+                std::function<void()> done) {
+  auto held = std::make_shared<std::vector<std::byte>>(std::move(bytes));
+  comm.isend(held->data(), held->size(), peer, tag)
+      .on_complete([held, done = std::move(done)](const Status&, const Error*) {
+        if (done) done();
+      });
+}
+
 void cancel_or_finish(Request& request) {
   if (request.cancel()) return;
   try {
@@ -45,14 +54,10 @@ void cancel_or_finish(Request& request) {
   }
 }
 
-std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested) {
-  return requested.count() > 0 ? requested : base::timeout_setting().as_duration();
-}
-
 Listener::Listener(const std::string& host_port, std::string service,
                    std::chrono::milliseconds timeout, Serve serve)
     : service_(std::move(service)),
-      timeout_(timeout_or_default(timeout)),
+      timeout_(base::timeout_or_default(timeout)),
       serve_(std::move(serve)),
       store_(Store::serve_tcp(host_port, {.timeout = timeout_})),
       address_(store_.address()) {
@@ -142,7 +147,7 @@ void Listener::reap_finished() {
 
 Communicator connect_to(const std::string& address, const std::string& service,
                         std::chrono::milliseconds timeout) {
-  timeout = timeout_or_default(timeout);
+  timeout = base::timeout_or_default(timeout);
   Store store = Store::connect_tcp(address, {.timeout = timeout});
   const std::string kind = store.get_string(service_key, timeout);
   if (kind != service) {

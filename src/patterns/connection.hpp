@@ -73,11 +73,12 @@ Communicator connect_to(const std::string& address, const std::string& service,
 // request's Error.
 bool wait_unless_stopping(Request& request, const std::atomic<bool>& stopping);
 
+// Sends `bytes` to `peer` on `tag`, keeping them until the send completes; then runs `done`.
+void send_owned(Communicator& comm, int peer, Tag tag, std::vector<std::byte> bytes,
+                std::function<void()> done = {});
+
 // Cancels a receive a thread stops waiting for; one that has matched already is let finish
 // (up to a second), so its buffer may be released afterwards.
 void cancel_or_finish(Request& request);
-
-// ANVIEW_TIMEOUT where `requested` is zero.
-std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested);
 
 }  // namespace anview::patterns

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "anview/param_server.hpp"
+#include "base/timeouts.hpp"
 #include "patterns/connection.hpp"
 #include "patterns/param_protocol.hpp"
 
@@ -38,7 +39,7 @@ class ParamClientImpl {
 
 ParamClientImpl::ParamClientImpl(std::vector<std::string> servers, ParamClientOptions options)
     : options_(options),
-      deadline_(patterns::timeout_or_default(options.deadline)),
+      deadline_(base::timeout_or_default(options.deadline)),
       ring_(std::move(servers), options.virtual_nodes) {
   if (ring_.servers().empty())
     throw Error(ErrorKind::usage, {.operation = "param client", .cause = "no server address"});

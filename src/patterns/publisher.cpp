@@ -8,6 +8,7 @@
 
 #include "anview/pubsub.hpp"
 #include "base/log.hpp"
+#include "base/timeouts.hpp"
 #include "patterns/connection.hpp"
 #include "patterns/pubsub_frame.hpp"
 
@@ -27,15 +28,13 @@ constexpr std::uint32_t batches_in_flight = 4;
 constexpr std::size_t apart_bytes_per_batch = 4 << 20;
 
 // Messages waiting for a subscriber's credit, as one frame being built and the payloads sent
-// apart after it. Drop-oldest removes entries from the front (first_live).
+// apart after it. Drop-oldest removes entries from the front (BatchWriter::drop_front).
 struct PendingBatch {
   ps::BatchWriter writer;
-  std::vector<std::size_t> entry_offsets;  // where each entry starts in the frame
-  std::vector<int> apart_index;            // per entry: index into apart, or -1
-  std::vector<Message> apart;
+  std::vector<Message> apart;  // per entry in add() order: its payload sent apart, or empty
+  bool has_apart = false;
   std::size_t apart_bytes = 0;
-  std::size_t first_live = 0;
-  std::size_t live() const { return entry_offsets.size() - first_live; }
+  std::size_t live() const { return writer.entries(); }
 };
 
 }  // namespace
@@ -77,29 +76,14 @@ void SubscriberLink::send_ready() {
     PendingBatch batch = std::move(pending.front());
     pending.pop_front();
     queued -= batch.live();
-    std::shared_ptr<std::vector<std::byte>> frame;
-    const auto whole = batch.writer.frame();
-    if (batch.first_live == 0) {
-      frame = std::make_shared<std::vector<std::byte>>(whole.begin(), whole.end());
-    } else {  // entries dropped from the front: a frame of the rest
-      ps::BatchWriter rest;
-      frame = std::make_shared<std::vector<std::byte>>();
-      const auto header = rest.frame();
-      frame->assign(header.begin(), header.end());
-      frame->insert(frame->end(),
-                    whole.begin() + static_cast<long>(batch.entry_offsets[batch.first_live]),
-                    whole.end());
-      const auto count = static_cast<std::uint32_t>(batch.live());
-      std::memcpy(frame->data() + 8, &count, 4);
-    }
+    const auto frame = batch.writer.frame();
     try {
       in_flight->fetch_add(1);
-      comm.isend(frame->data(), frame->size(), 1, ps::batch_tag)
-          .on_complete([frame, count = in_flight](const Status&, const Error*) { --*count; });
-      for (std::size_t e = batch.first_live; e < batch.entry_offsets.size(); ++e) {
-        const int a = batch.apart_index[e];
-        if (a < 0) continue;
-        auto held = std::make_shared<Message>(std::move(batch.apart[static_cast<std::size_t>(a)]));
+      patterns::send_owned(comm, 1, ps::batch_tag, {frame.begin(), frame.end()},
+                           [count = in_flight] { --*count; });
+      for (std::size_t e = batch.writer.dropped(); e < batch.apart.size(); ++e) {
+        if (batch.apart[e].size() == 0) continue;
+        auto held = std::make_shared<Message>(std::move(batch.apart[e]));
         in_flight->fetch_add(1);
         comm.isend(held->bytes().data(), held->size(), 1, ps::payload_tag)
             .on_complete([held, count = in_flight](const Status&, const Error*) { --*count; });
@@ -117,26 +101,22 @@ void SubscriberLink::enqueue(std::string_view topic, const Message& message) {
   const bool apart = message.size() > ps::inline_limit;
   const std::size_t need = ps::BatchWriter::entry_size(topic, apart ? 0 : message.size());
   if (pending.empty() || pending.back().writer.size() + need > ps::batch_capacity ||
-      (apart && !pending.back().apart.empty() &&
+      (apart && pending.back().has_apart &&
        pending.back().apart_bytes + message.size() > apart_bytes_per_batch))
     pending.emplace_back();
   PendingBatch& batch = pending.back();
-  batch.entry_offsets.push_back(batch.writer.size());
   batch.writer.add(++sequence, topic, message.bytes(), apart);
+  batch.apart.push_back(apart ? message : Message());
   if (apart) {
-    batch.apart_index.push_back(static_cast<int>(batch.apart.size()));
-    batch.apart.push_back(message);
+    batch.has_apart = true;
     batch.apart_bytes += message.size();
-  } else {
-    batch.apart_index.push_back(-1);
   }
   ++queued;
   if (subscription.policy == Backpressure::drop_oldest) {
     while (queued > subscription.queue_limit) {
       PendingBatch& front = pending.front();
-      const int a = front.apart_index[front.first_live];
-      if (a >= 0) front.apart[static_cast<std::size_t>(a)] = Message();
-      ++front.first_live;
+      front.apart[front.writer.dropped()] = Message();
+      front.writer.drop_front();
       --queued;
       ++dropped;
       if (front.live() == 0) pending.pop_front();
@@ -147,7 +127,7 @@ void SubscriberLink::enqueue(std::string_view topic, const Message& message) {
 class PublisherImpl {
  public:
   PublisherImpl(const std::string& host_port, PublisherOptions options)
-      : block_timeout_(patterns::timeout_or_default(options.block_timeout)) {
+      : block_timeout_(base::timeout_or_default(options.block_timeout)) {
     listener_ = std::make_unique<patterns::Listener>(
         host_port, "pubsub", options.connect_timeout,
         [this](Communicator comm, std::uint64_t id) { serve(std::move(comm), id); });
@@ -310,12 +290,10 @@ void PublisherImpl::close() {
       std::lock_guard l(link->mu);
       if (link->gone) continue;
       // The end of the stream: the last sequence, so the subscriber counts trailing drops.
-      auto frame = std::make_shared<std::vector<std::byte>>(ps::encode_end(link->sequence));
       try {
         link->in_flight->fetch_add(1);
-        link->comm.isend(frame->data(), frame->size(), 1, ps::batch_tag)
-            .on_complete(
-                [frame, count = link->in_flight](const Status&, const Error*) { --*count; });
+        patterns::send_owned(link->comm, 1, ps::batch_tag, ps::encode_end(link->sequence),
+                             [count = link->in_flight] { --*count; });
       } catch (const Error&) {
       }
     }
@@ -358,7 +336,7 @@ void Publisher::publish(std::string_view topic, const Message& message) {
   impl_->publish(topic, message);
 }
 void Publisher::flush(std::optional<std::chrono::milliseconds> timeout) {
-  impl_->flush(patterns::timeout_or_default(timeout.value_or(std::chrono::milliseconds(0))));
+  impl_->flush(base::timeout_or_default(timeout.value_or(std::chrono::milliseconds(0))));
 }
 void Publisher::close() {
   impl_->close();

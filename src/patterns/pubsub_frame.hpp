@@ -60,26 +60,32 @@ std::vector<std::byte> encode_subscribe(const Subscription& s);
 std::vector<std::byte> encode_credit(std::uint32_t messages, std::uint64_t bytes);
 std::vector<std::byte> encode_end(std::uint64_t last_sequence);
 
-// Builds one batch frame in place.
+// Builds one batch frame in place; entries can be dropped from the front (drop-oldest).
 class BatchWriter {
  public:
   BatchWriter() { clear(); }
   void clear();
-  std::size_t entries() const { return entries_; }
+  // Entries in the frame (added and not dropped).
+  std::size_t entries() const { return offsets_.size() - first_; }
+  // Entries dropped from the front so far: entry i of add() order is live if i >= dropped().
+  std::size_t dropped() const { return first_; }
+  void drop_front() { ++first_; }
   // The bytes adding this entry would take.
   static std::size_t entry_size(std::string_view topic, std::size_t inline_bytes) {
     return entry_bytes + topic.size() + inline_bytes;
   }
+  // Bytes the writer holds (dropped entries included, until clear).
   std::size_t size() const { return buffer_.size(); }
   // `payload` is copied when inline (not apart).
   void add(std::uint64_t sequence, std::string_view topic, std::span<const std::byte> payload,
            bool apart);
-  // The finished frame (valid until the next add or clear).
+  // The finished frame of the live entries (valid until the next add, drop or clear).
   std::span<const std::byte> frame();
 
  private:
   std::vector<std::byte> buffer_;
-  std::uint32_t entries_ = 0;
+  std::vector<std::size_t> offsets_;  // where each added entry starts
+  std::size_t first_ = 0;             // the first live entry
 };
 
 bool parse_header(std::span<const std::byte> bytes, Header& out, std::string& why);

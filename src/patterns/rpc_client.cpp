@@ -1,4 +1,5 @@
 #include "patterns/rpc_client.hpp"
+#include "base/timeouts.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -106,7 +107,7 @@ void on_reply_header(const std::shared_ptr<RpcCallState>& call,
   Frame frame;
   std::string why;
   const rpc::Limits limits = client ? client->limits() : rpc::Limits{};
-  if (!rpc::parse({call->reply_frame.data(), status.bytes}, limits, frame, why) ||
+  if (!rpc::parse({call->reply_frame.get(), status.bytes}, limits, frame, why) ||
       frame.kind != Kind::reply || frame.call_id != id) {
     if (why.empty()) why = "a frame that is not the reply of call " + std::to_string(id);
     conn->broken.store(true);  // its parts (if any) cannot be received: a new one is needed
@@ -231,7 +232,7 @@ Error RpcClientImpl::call_error(const RpcCallState& call, ErrorKind kind,
   std::string server;
   int peer = 0;
   {
-    std::lock_guard lock(const_cast<RpcCallState&>(call).mu);
+    std::lock_guard lock(call.mu);
     if (call.connection) {
       server = call.connection->name;
       peer = call.connection->server;
@@ -252,10 +253,12 @@ void RpcClientImpl::issue(const std::shared_ptr<RpcCallState>& call,
     call->connection = conn;
     call->id = id;
     ++call->attempts;
-    call->reply_frame.resize(reply_capacity);
+    // Not zeroed: a receive fills what the reply uses.
+    if (!call->reply_frame)
+      call->reply_frame = std::make_unique_for_overwrite<std::byte[]>(reply_capacity);
     call->parts_left = 0;
-    header = conn->comm.irecv(call->reply_frame.data(), call->reply_frame.size(), conn->server,
-                              rpc::reply_tag(id));
+    header =
+        conn->comm.irecv(call->reply_frame.get(), reply_capacity, conn->server, rpc::reply_tag(id));
     call->pending.assign(1, header);
   }
   header.on_complete([call, conn, id](const Status& status, const Error* error) {
@@ -303,7 +306,7 @@ RpcCall RpcClientImpl::call(std::string_view method, Message request, CallOption
   call->client = weak_from_this();
   call->method = std::string(method);
   call->options = options;
-  const auto deadline = patterns::timeout_or_default(
+  const auto deadline = base::timeout_or_default(
       options.deadline.count() > 0 ? options.deadline : options_.default_deadline);
   call->deadline = std::chrono::steady_clock::now() + deadline;
   call->request = std::move(request);
@@ -389,10 +392,9 @@ Message RpcCall::get() {
       auto client = call.client.lock();
       if (conn) {  // tell the server to drop the call; a late reply is received and dropped
         try {
-          rpc::send_with_body(
-              conn->comm, conn->server, rpc::request_tag, rpc::request_tag,
-              rpc::encode(Kind::cancel, 0, ReplyStatus::ok, id, 0, 0, {}, Message(), false),
-              Message(), false);
+          patterns::send_owned(
+              conn->comm, conn->server, rpc::request_tag,
+              rpc::encode(Kind::cancel, 0, ReplyStatus::ok, id, 0, 0, {}, Message(), false));
         } catch (const Error&) {
         }
       }

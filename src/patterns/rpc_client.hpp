@@ -39,12 +39,12 @@ struct RpcCallState : std::enable_shared_from_this<RpcCallState> {
   Message request;  // kept alive until the call completes
   int attempts = 0;
 
-  std::mutex mu;  // guards everything below
+  mutable std::mutex mu;  // guards everything below
   std::condition_variable cv;
   std::shared_ptr<RpcConnection> connection;
   std::uint64_t id = 0;
-  std::vector<std::byte> reply_frame;  // the first reply message lands here
-  std::vector<Request> pending;        // what the reply still needs
+  std::unique_ptr<std::byte[]> reply_frame;  // the first reply message lands here
+  std::vector<Request> pending;              // what the reply still needs
   std::size_t parts_left = 0;
   Message reply;
   std::optional<Error> error;

@@ -1,4 +1,5 @@
 #include "patterns/rpc_server.hpp"
+#include "base/timeouts.hpp"
 
 #include <cstring>
 
@@ -54,7 +55,7 @@ RpcServerCall::~RpcServerCall() {
 RpcServerImpl::RpcServerImpl(ServerOptions options)
     : options_(options),
       limits_{.max_message_bytes = options.max_message_bytes},
-      timeout_(patterns::timeout_or_default(options.connect_timeout)) {
+      timeout_(base::timeout_or_default(options.connect_timeout)) {
   if (options_.handler_threads < 0)
     throw Error(ErrorKind::usage,
                 {.operation = "rpc server",

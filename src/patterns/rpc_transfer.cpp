@@ -2,6 +2,8 @@
 
 #include <new>
 
+#include "patterns/connection.hpp"
+
 namespace anview::patterns::rpc {
 namespace {
 
@@ -36,10 +38,9 @@ std::vector<Request> receive_body(Communicator& comm, int peer, Tag tag, const F
 
 void send_with_body(Communicator& comm, int peer, Tag frame_tag, Tag body_tag,
                     std::vector<std::byte> frame, const Message& message, bool payload_inline) {
-  auto held =
-      std::make_shared<std::pair<std::vector<std::byte>, Message>>(std::move(frame), message);
+  send_owned(comm, peer, frame_tag, std::move(frame));
+  auto held = std::make_shared<Message>(message);
   auto keep = [held](const Status&, const Error*) {};
-  comm.isend(held->first.data(), held->first.size(), peer, frame_tag).on_complete(keep);
   if (!payload_inline && message.size() > 0)
     comm.isend(message.bytes().data(), message.size(), peer, body_tag).on_complete(keep);
   for (const auto& t : message.tensors()) {

@@ -4,6 +4,7 @@
 #include "anview/communicator.hpp"
 #include "anview/pubsub.hpp"
 #include "base/log.hpp"
+#include "base/timeouts.hpp"
 #include "patterns/connection.hpp"
 #include "patterns/pubsub_frame.hpp"
 
@@ -80,9 +81,7 @@ void SubscriberImpl::post_batch_receive() {
 }
 
 void SubscriberImpl::send_credit(std::uint32_t batches) {
-  auto frame = std::make_shared<std::vector<std::byte>>(ps::encode_credit(batches, 0));
-  comm_.isend(frame->data(), frame->size(), 0, ps::control_tag)
-      .on_complete([frame](const Status&, const Error*) {});
+  patterns::send_owned(comm_, 0, ps::control_tag, ps::encode_credit(batches, 0));
 }
 
 void SubscriberImpl::take_batch(std::size_t bytes) {
@@ -167,7 +166,7 @@ Subscriber Subscriber::connect(const std::string& address, SubscribeOptions opti
   return Subscriber(std::make_shared<detail::SubscriberImpl>(address, std::move(options)));
 }
 std::optional<Delivery> Subscriber::next(std::optional<std::chrono::milliseconds> timeout) {
-  return impl_->next(patterns::timeout_or_default(timeout.value_or(std::chrono::milliseconds(0))));
+  return impl_->next(base::timeout_or_default(timeout.value_or(std::chrono::milliseconds(0))));
 }
 Subscriber::Stats Subscriber::stats() const {
   return impl_->stats();

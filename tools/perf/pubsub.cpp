@@ -7,21 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rank_pair.hpp"
 #include "sweep.hpp"
-#include "verdict.hpp"
 
 namespace perf {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string share_address(anview::Communicator& comm, std::string address) {
-  std::uint64_t length = address.size();
-  comm.broadcast(&length, 1, anview::DataType::uint64, 0);
-  address.resize(length);
-  comm.broadcast(address.data(), length, anview::DataType::uint8, 0);
-  return address;
-}
 
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));

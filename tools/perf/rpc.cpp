@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rank_pair.hpp"
 #include "sweep.hpp"
-#include "verdict.hpp"
 
 namespace perf {
 namespace {
@@ -124,11 +124,7 @@ long run_rpc(anview::Communicator& comm, const RpcOptions& o) {
     });
     address = server->address();
   }
-  // Rank 0 tells the others where it listens.
-  std::uint64_t length = address.size();
-  comm.broadcast(&length, 1, anview::DataType::uint64, 0);
-  address.resize(length);
-  comm.broadcast(address.data(), length, anview::DataType::uint8, 0);
+  address = share_address(comm, address);
   if (comm.rank() == 1) wrong = measure(address, o);
   wrong = share_verdict(comm, wrong, 1);
   if (server) server->shutdown();
