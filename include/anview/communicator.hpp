@@ -23,6 +23,7 @@
 
 #include "anview/collectives.hpp"
 #include "anview/error.hpp"
+#include "anview/memory.hpp"
 #include "anview/request.hpp"
 #include "anview/store.hpp"
 #include "anview/types.hpp"
@@ -153,6 +154,21 @@ class Communicator {
                      std::span<const std::size_t> send_displs, void* recv,
                      std::span<const std::size_t> recv_counts,
                      std::span<const std::size_t> recv_displs, DataType type);
+
+  // One-sided access (docs/one-sided.md). register_memory makes `bytes` at `data` reachable
+  // by the peers that get its key. put/get move `bytes` between a local buffer and the region
+  // named by `key`, starting `offset` bytes into it, with no code on the owner's side; they
+  // complete when the local buffer may be reused (put) or holds the bytes (get). Operations to
+  // one peer are unordered until flush(peer) completes: then every earlier put is in place at
+  // the target. A range outside the region is Error(usage) at the call; a key whose region
+  // is no longer registered fails the request (usage), and nothing is written.
+  MemoryRegion register_memory(void* data, std::size_t bytes);
+  Request put(const void* local, std::size_t bytes, const RemoteKey& key, std::uint64_t offset = 0);
+  Request get(void* local, std::size_t bytes, const RemoteKey& key, std::uint64_t offset = 0);
+  // Completes when every put and get issued before it to `peer` (to every peer with
+  // any_source) has completed at the target. Fails with the first failure among the puts and
+  // gets to those peers since the previous flush (their requests fail with it too).
+  Request flush(int peer = any_source);
 
   // A new communicator of the ranks that pass the same `color` (>= 0), ranked by `key` (ties:
   // by rank here). Every rank calls it, like a collective. The new communicator is

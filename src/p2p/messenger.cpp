@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <random>
 #include <thread>
 
 #include "base/config.hpp"
@@ -49,6 +50,8 @@ Messenger::Messenger(const MessengerConfig& config)
       peers_(static_cast<std::size_t>(config.world_size)),
       posted_(config.world_size),
       unexpected_(config.world_size),
+      regions_(std::random_device{}() ^ (std::uint64_t{std::random_device{}()} << 32) ^
+               reinterpret_cast<std::uintptr_t>(this)),
       eager_bytes_(static_cast<std::size_t>(eager_setting.as_int())),
       unexpected_limit_(static_cast<std::size_t>(unexpected_setting.as_int())),
       chunk_bytes_(static_cast<std::size_t>(
@@ -146,7 +149,10 @@ Error Messenger::request_error(const RequestImpl& r, ErrorKind kind, std::string
        .peer = r.kind == RequestImpl::Kind::recv && r.status.source >= 0 ? r.status.source : r.peer,
        .operation = r.kind == RequestImpl::Kind::external ? r.operation
                     : r.kind == RequestImpl::Kind::send   ? "send"
-                                                          : "recv",
+                    : r.kind == RequestImpl::Kind::recv   ? "recv"
+                    : r.kind == RequestImpl::Kind::put    ? "put"
+                    : r.kind == RequestImpl::Kind::get    ? "get"
+                                                          : "flush",
        // A matched wildcard receive names the tag it matched.
        .tag = to_underlying(r.tag == any_tag && r.status.source >= 0 ? r.status.tag : r.tag),
        .cause = std::move(cause)});
@@ -308,7 +314,7 @@ void Messenger::complete(RequestImpl& request, std::optional<Error> error, Reque
   }
   request.phase = RequestImpl::Phase::complete;
   request.error = std::move(error);
-  if (request.kind != RequestImpl::Kind::external) {
+  if (request.kind == RequestImpl::Kind::send || request.kind == RequestImpl::Kind::recv) {
     if constexpr (base::metrics::enabled) count(request);
     if (trace_ != nullptr) trace_transfer(request);
   }
@@ -483,7 +489,10 @@ void Messenger::release_driver_role() {
 }
 
 void Messenger::progress() {
-  if (!take_driver_role()) return;
+  if (!take_driver_role()) {
+    kick_background();
+    return;
+  }
   drive(0);
   release_driver_role();
 }
@@ -517,6 +526,14 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
         "not complete after " + std::to_string(timeout.count()) + " ms: " + describe_wait(request));
   };
   auto done = [&] { return request.done.load(std::memory_order_acquire); };
+  bool wants_role = false;
+  struct RoleWish {  // withdrawn however the wait ends
+    bool& wants;
+    std::atomic<int>& wanted;
+    ~RoleWish() {
+      if (wants) wanted.fetch_sub(1);
+    }
+  } wish{wants_role, role_wanted_};
   // Past the next watch point (never when not watched): report, and set the next.
   auto watch = [&](base::Clock::time_point now) {
     if (now < next_watch || done()) return;
@@ -526,8 +543,13 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
   while (!done()) {
     if (!take_driver_role()) {
       // Someone else drives progress (and completes our request too); sleep until a
-      // completion or until the role is free.
+      // completion or until the role is free. The background thread gives the role up.
       start_clock();
+      if (!wants_role && background_on_.load(std::memory_order_relaxed)) {
+        wants_role = true;
+        role_wanted_.fetch_add(1);
+        kick_background();
+      }
       {
         Lock lock(mu_);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
@@ -637,8 +659,13 @@ void Messenger::report_stall(const RequestImpl& request, std::chrono::millisecon
     if (request.done.load(std::memory_order_acquire)) return;
     const bool recv = request.kind == RequestImpl::Kind::recv;
     const int peer = request.peer;
+    const char* name = recv                                         ? "recv"
+                       : request.kind == RequestImpl::Kind::send    ? "send"
+                       : request.kind == RequestImpl::Kind::put     ? "put"
+                       : request.kind == RequestImpl::Kind::get     ? "get"
+                                                                    : "flush";
     text =
-        "hang doctor: " + std::string(recv ? "recv" : "send") + " tag=" +
+        "hang doctor: " + std::string(name) + " tag=" +
         (request.tag == any_tag ? std::string("any") : std::to_string(to_underlying(request.tag))) +
         (recv ? " from " : " to ") +
         (peer == any_source ? std::string("any rank") : "rank " + std::to_string(peer)) +
@@ -655,6 +682,18 @@ void Messenger::report_stall(const RequestImpl& request, std::chrono::millisecon
 std::string Messenger::describe_wait(const RequestImpl& r) const {
   if (r.kind == RequestImpl::Kind::external) return r.operation + " has not finished";
   const std::string peer = r.peer == any_source ? "any rank" : "rank " + std::to_string(r.peer);
+  switch (r.kind) {
+    case RequestImpl::Kind::put:
+      return std::to_string(r.received) + " of " + std::to_string(r.expected) +
+             " bytes acknowledged by " + peer + " (it serves puts from its progress)";
+    case RequestImpl::Kind::get:
+      return std::to_string(r.received) + " of " + std::to_string(r.expected) +
+             " bytes arrived from " + peer + " (it serves gets from its progress)";
+    case RequestImpl::Kind::flush:
+      return "earlier puts and gets to " + peer + " have not completed";
+    default:
+      break;
+  }
   if (r.kind == RequestImpl::Kind::recv) {
     if (r.phase == RequestImpl::Phase::matched) {
       return "matched a message of " + std::to_string(r.expected) + " bytes from rank " +
@@ -723,6 +762,7 @@ void Messenger::abandon(RequestImpl& request, const Error& error) {
 }
 
 void Messenger::shutdown() {
+  stop_background_progress();
   Completions completed;
   {
     Lock lock(mu_);
@@ -738,8 +778,12 @@ void Messenger::shutdown() {
     for (auto& r : posted_.take_all()) fail(r);
     for (auto& [id, r] : sends_) fail(r);
     for (auto& [id, r] : recvs_) fail(r);
-    for (auto& ps : peers_)
+    for (auto& ps : peers_) {
       if (ps.eager_target) fail(ps.eager_target);
+      fail_rma(ps, Error(ErrorKind::usage, {.rank = config_.rank,
+                                            .operation = "shutdown",
+                                            .cause = "the communicator was closed"}));
+    }
     for (int r = 0; r < config_.world_size; ++r)
       for (auto& u : unexpected_.from(r))
         if (u.waiting) fail(u.waiting);

@@ -12,17 +12,22 @@
 #include <chrono>
 #include <condition_variable>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "anview/memory.hpp"
 #include "base/metrics.hpp"
 #include "base/progress_engine.hpp"
 #include "base/trace.hpp"
 #include "p2p/matching.hpp"
+#include "p2p/protocol.hpp"
+#include "p2p/regions.hpp"
 #include "p2p/request_impl.hpp"
 #include "transport/transport.hpp"
 
@@ -138,6 +143,14 @@ class Messenger final : public transport::FrameSink,
   // memory that cannot be read). Pending operations with it fail with `error`.
   void fail_peer(int peer, const Error& error);
 
+  // One-sided access (one_sided.cpp, docs/one-sided.md). Registering starts the background
+  // progress that serves peers' emulated puts and gets while no thread of this rank waits.
+  RemoteKey register_memory(void* data, std::size_t bytes);
+  void deregister_memory(std::uint64_t token);
+  RequestPtr put(const void* local, std::size_t bytes, const RemoteKey& key, std::uint64_t offset);
+  RequestPtr get(void* local, std::size_t bytes, const RemoteKey& key, std::uint64_t offset);
+  RequestPtr flush(int peer);  // any_source: every peer
+
   // Called (on the waiting thread, without locks) with the report each time a blocking wait
   // on a point-to-point request has gone another ANVIEW_WATCHDOG interval; set before use.
   void set_stall_hook(std::function<void(const std::string&)> hook) {
@@ -156,6 +169,13 @@ class Messenger final : public transport::FrameSink,
   void on_peer_failed(int peer, const Error& error, bool left) override;
 
  private:
+  // A flush: complete when no operation below `before` is left at any of its peers.
+  struct Flush {
+    RequestPtr request;
+    std::uint64_t before = 0;
+    int peers_left = 0;
+    std::optional<Error> error;  // the first failure among the operations it covers
+  };
   struct PeerState {
     transport::Transport* transport = nullptr;
     std::string transport_reason;
@@ -166,6 +186,12 @@ class Messenger final : public transport::FrameSink,
     RequestPtr eager_target;                     // receive the current eager frame lands in
     UnexpectedQueue::Iterator eager_unexpected;  // or the unexpected entry it fills
     bool eager_to_unexpected = false;
+    // One-sided operations to this peer in flight (emulated with frames), by id, and the
+    // flushes waiting for them.
+    std::map<std::uint64_t, RequestPtr> rma;
+    std::vector<std::shared_ptr<Flush>> flushes;
+    std::optional<Error> rma_failure;  // an operation's failure no flush has reported yet
+    GetRequest incoming_get;  // the payload of the get frame arriving from this peer
     // Metrics (metrics.hpp), counted under mu_.
     struct Stats {
       std::uint64_t sent_messages = 0, sent_bytes = 0;
@@ -189,6 +215,29 @@ class Messenger final : public transport::FrameSink,
   void send_frame(int peer, const transport::FrameHeader& header, const void* payload,
                   transport::Ordering ordering, transport::SendDone done);
   void protocol_error(int peer, const std::string& cause);
+  // One-sided (one_sided.cpp), mu_ held.
+  transport::Landing on_rma_frame(int peer, const transport::FrameHeader& header);
+  void on_rma_frame_done(int peer, const transport::FrameHeader& header);
+  void finish_rma(int peer, std::uint64_t id, std::optional<Error> error);
+  void settle_flushes(PeerState& ps);
+  void fail_rma(PeerState& ps, const Error& error);
+  void reject_rma(int peer, FrameType type, std::uint64_t id, RmaReject why);
+  RequestPtr start_rma(RequestImpl::Kind kind, const RemoteKey& key, std::size_t bytes,
+                       std::uint64_t offset);
+  RequestPtr issue_rma(const RequestPtr& op, const RemoteKey& key, std::uint64_t offset);
+  void emulate_rma(const RequestPtr& op, const RemoteKey& key, std::uint64_t offset);
+  // Puts and gets to this rank itself, and through a transport's direct access (no lock held).
+  std::optional<Error> local_rma(RequestImpl& op, const RemoteKey& key, std::uint64_t offset);
+  std::optional<Error> direct_rma(RequestImpl& op, const transport::PeerMemory& memory,
+                                  const RemoteKey& key, std::uint64_t offset);
+  Error rma_error(const RequestImpl& op, ErrorKind kind, std::string cause) const;
+  // The thread that drives progress while nobody waits, so peers' emulated one-sided
+  // operations are served (started by the first registration; stopped by shutdown()).
+  void start_background_progress();
+  void stop_background_progress();
+  void background_progress();
+  // A thread that wants the driver role while the background thread sleeps with it.
+  void kick_background();
   void release_unexpected(int peer, std::size_t bytes);
   Error request_error(const RequestImpl& request, ErrorKind kind, std::string cause) const;
   std::string describe_wait(const RequestImpl& request) const;
@@ -217,6 +266,16 @@ class Messenger final : public transport::FrameSink,
   std::unordered_map<std::uint64_t, RequestPtr> sends_;  // rendezvous sends by id
   std::unordered_map<std::uint64_t, RequestPtr> recvs_;  // rendezvous receives by id
   std::uint64_t next_id_ = 1;
+  RegionTable regions_;
+  std::thread background_;
+  std::atomic<bool> background_stop_{false};
+  std::atomic<bool> background_on_{false};
+  // Threads that want the driver role the background thread may hold (it then backs off).
+  std::atomic<int> role_wanted_{0};
+  std::atomic<bool> role_kicked_{false};
+  std::atomic<bool> background_driving_{false};  // the background thread holds the role
+  std::mutex background_mu_;
+  std::condition_variable background_cv_;
   std::vector<RequestPtr> completed_;  // waiting for their callbacks to run
   bool closed_ = false;
 

@@ -127,6 +127,11 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
       }
       return {.data = it->second->recv_data + h.arg, .defer = false};
     }
+    case FrameType::put:
+    case FrameType::put_ack:
+    case FrameType::get:
+    case FrameType::get_data:
+      return on_rma_frame(peer, h);
   }
   protocol_error(peer, "unknown frame type " + std::to_string(h.type));
   return {};
@@ -158,6 +163,11 @@ void Messenger::on_frame_done(int peer, const transport::FrameHeader& h, void*) 
       }
       return;
     }
+    case FrameType::put:
+    case FrameType::get:
+    case FrameType::get_data:
+      on_rma_frame_done(peer, h);
+      return;
     default:
       return;
   }
@@ -286,6 +296,7 @@ void Messenger::on_peer_failed(int peer, const Error& error, bool left) {
       ++it;
     }
   }
+  fail_rma(ps, error);
 }
 
 }  // namespace anview::p2p

@@ -11,9 +11,31 @@ enum class FrameType : std::uint8_t {
   cts = 3,    // clear to send: id = sender's request id, arg = receiver's request id
               //   flags & cts_reject: the receive buffer is too small, arg = its capacity
   data = 4,   // rendezvous payload: id = receiver's request id, arg = offset in the message
+  // One-sided access, emulated where the transport has no native path (one_sided.cpp):
+  put = 5,      // tag = region token, id = initiator's operation id, arg = offset in the
+                //   region; payload = the bytes to write there
+  put_ack = 6,  // id = operation id, arg = bytes written; flags = a rma_reject reason
+  get = 7,      // tag = region token, id = operation id, arg = offset in the region;
+                //   payload = get_request
+  get_data = 8, // id = operation id, arg = offset in the get; payload = the bytes read; or
+                //   no payload and flags = a rma_reject reason
 };
 
 inline constexpr std::uint8_t cts_reject = 1;
+
+// Why a target refused a put or get (put_ack / get_data flags).
+enum class RmaReject : std::uint8_t {
+  none = 0,
+  unknown_region = 1,  // the token names no region registered there now
+  outside_region = 2,  // the range does not fit the region
+};
+
+// The payload of a get frame.
+struct GetRequest {
+  std::uint64_t bytes = 0;     // how many bytes to read
+  std::uint64_t reserved = 0;  // zero
+};
+static_assert(sizeof(GetRequest) == 16, "GetRequest is a wire format");
 
 // A rendezvous message may not announce more than this (no allocation depends on it, but a
 // larger value can only be garbage).

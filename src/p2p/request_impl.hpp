@@ -24,7 +24,8 @@ class RequestImpl : public std::enable_shared_from_this<RequestImpl> {
  public:
   // external: completed by a layer above p2p (a collective on its worker thread), never by a
   // transport; `peer` is -1 and `operation` names it.
-  enum class Kind : std::uint8_t { send, recv, external };
+  // put, get, flush: one-sided operations (one_sided.cpp); `peer` is the target.
+  enum class Kind : std::uint8_t { send, recv, external, put, get, flush };
   enum class Phase : std::uint8_t {
     posted,        // recv: waiting for a match; send: queued eagerly or waiting for CTS
     matched,       // recv: matched, payload arriving
@@ -44,11 +45,11 @@ class RequestImpl : public std::enable_shared_from_this<RequestImpl> {
   Phase phase = Phase::posted;
   base::Clock::time_point posted{};  // set only while ANVIEW_TRACE records transfers
 
-  // send
+  // send, put
   const char* send_data = nullptr;
   std::size_t send_bytes = 0;
   std::size_t chunks_pending = 0;
-  // recv
+  // recv, get (expected and received also count a put's acknowledged bytes)
   char* recv_data = nullptr;
   std::size_t capacity = 0;
   std::size_t expected = 0;  // bytes of the matched message

@@ -99,9 +99,10 @@ struct TransportProbe {
   std::vector<std::string> notes;  // further findings (single copy, ptrace restrictions)
 };
 
-// One-sided reads of a peer's memory (same host, cross-memory attach): what same-host
-// collectives use to reduce straight from their peers' buffers. Read-only on purpose: a rank
-// that fails can never have had peers writing into its memory.
+// Direct access to a peer's memory (same host, cross-memory attach): what same-host
+// collectives use to reduce straight from their peers' buffers (reads only: a rank that fails
+// can never have had collectives writing into its memory), and what one-sided put/get use on
+// regions the peer registered for them (writes only there, after checking the registration).
 //
 // Threading: unlike the rest of the transport, read() is called without the owner's lock, from
 // any thread, at any time while the transport exists.
@@ -113,6 +114,9 @@ class PeerMemory {
   // not valid there, link otherwise.
   virtual void read(std::uint64_t remote, void* local, std::size_t bytes,
                     const std::string& operation) const = 0;
+  // Copies `bytes` from `local` to address `remote` of the peer; raises like read().
+  virtual void write(std::uint64_t remote, const void* local, std::size_t bytes,
+                     const std::string& operation) const = 0;
 };
 
 // Memory of this rank that its same-host peers map (shared memory): only this rank writes

@@ -44,16 +44,27 @@ std::string cross_memory_cause(int err, bool to_peer, int rank, int pid, std::si
          base::errno_text(err) + (err == EFAULT ? " (an invalid buffer was offered)" : "");
 }
 
-void CrossMemoryReader::read(std::uint64_t remote, void* local, std::size_t bytes,
+void CrossMemoryAccess::read(std::uint64_t remote, void* local, std::size_t bytes,
                              const std::string& operation) const {
-  const int err = copy_cross_memory(pid_, false, static_cast<char*>(local), remote, bytes);
+  copy(false, static_cast<char*>(local), remote, bytes, operation);
+}
+
+void CrossMemoryAccess::write(std::uint64_t remote, const void* local, std::size_t bytes,
+                              const std::string& operation) const {
+  // process_vm_writev only reads from `local`.
+  copy(true, const_cast<char*>(static_cast<const char*>(local)), remote, bytes, operation);
+}
+
+void CrossMemoryAccess::copy(bool to_peer, char* local, std::uint64_t remote, std::size_t bytes,
+                             const std::string& operation) const {
+  const int err = copy_cross_memory(pid_, to_peer, local, remote, bytes);
   if (err == 0) return;
   Error error(cross_memory_error_kind(err),
               ErrorContext{.rank = rank_,
                            .peer = peer_,
                            .peer_address = "shm",
                            .operation = operation,
-                           .cause = cross_memory_cause(err, false, peer_, pid_, bytes)});
+                           .cause = cross_memory_cause(err, to_peer, peer_, pid_, bytes)});
   base::log("shm", base::LogLevel::error, error.what());
   throw error;
 }

@@ -1,6 +1,6 @@
 // Cross-memory attach between two processes of one host: the copy loop every single-copy path
-// of the shm transport uses, and PeerMemory (transport.hpp), the one-sided reads that same-host
-// collectives make of their peers' buffers.
+// of the shm transport uses, and PeerMemory (transport.hpp): the reads same-host collectives make
+// of their peers' buffers, and one-sided put/get on registered regions.
 #pragma once
 
 #include <cstddef>
@@ -20,13 +20,17 @@ int copy_cross_memory(int pid, bool to_peer, char* local, std::uint64_t remote, 
 ErrorKind cross_memory_error_kind(int err);
 std::string cross_memory_cause(int err, bool to_peer, int rank, int pid, std::size_t bytes);
 
-class CrossMemoryReader final : public PeerMemory {
+class CrossMemoryAccess final : public PeerMemory {
  public:
-  CrossMemoryReader(int rank, int peer, int pid) : rank_(rank), peer_(peer), pid_(pid) {}
+  CrossMemoryAccess(int rank, int peer, int pid) : rank_(rank), peer_(peer), pid_(pid) {}
   void read(std::uint64_t remote, void* local, std::size_t bytes,
             const std::string& operation) const override;
+  void write(std::uint64_t remote, const void* local, std::size_t bytes,
+             const std::string& operation) const override;
 
  private:
+  void copy(bool to_peer, char* local, std::uint64_t remote, std::size_t bytes,
+            const std::string& operation) const;
   int rank_;
   int peer_;
   int pid_;

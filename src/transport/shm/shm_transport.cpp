@@ -269,7 +269,7 @@ void ShmTransport::connect(const std::vector<PeerInfo>& peers) {
       continue;
     }
     if (link.conn->reads_by_reference()) {
-      link.reader = std::make_unique<CrossMemoryReader>(context_.rank, peer.rank, endpoint.pid);
+      link.memory = std::make_unique<CrossMemoryAccess>(context_.rank, peer.rank, endpoint.pid);
     } else {
       if (refused.empty()) refused = link.conn->single_copy_note();
       ++refused_count;
@@ -437,7 +437,7 @@ void ShmTransport::fail_link(int peer, const Error& error) {
 
 const PeerMemory* ShmTransport::peer_memory(int peer) const {
   if (peer < 0 || static_cast<std::size_t>(peer) >= peers_.size()) return nullptr;
-  return peers_[static_cast<std::size_t>(peer)].reader.get();
+  return peers_[static_cast<std::size_t>(peer)].memory.get();
 }
 
 SharedArea ShmTransport::own_area() {

@@ -65,7 +65,7 @@ class ShmTransport final : public Transport, private base::FdHandler {
   struct PeerLink {
     bool served = false;
     std::unique_ptr<Connection> conn;
-    std::unique_ptr<PeerMemory> reader;  // when cross-memory attach works towards the peer
+    std::unique_ptr<PeerMemory> memory;  // when cross-memory attach works towards the peer
     std::optional<Error> setup_error;    // failed before it was up
     bool was_up = false;
     bool failed = false;

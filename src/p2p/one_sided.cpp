@@ -1,0 +1,516 @@
+// One-sided access (docs/one-sided.md): registered regions, put, get and flush.
+//
+// Three paths, chosen per operation:
+// - to this rank itself: a copy, after checking the region table;
+// - direct, where the peer's transport offers access to its memory (shm with cross-memory
+//   attach): the initiator reads the region's record in the owner's memory, checks that it
+//   still names the key's region, then copies; the owner does nothing;
+// - emulated with frames everywhere else (TCP, shm without cross-memory attach): the owner's
+//   progress lands a put's payload straight in the region and acknowledges it, and answers a
+//   get with data frames read straight from the region. So that this needs no code on the
+//   owner's side, registering memory starts a background thread that drives progress while
+//   no thread of the rank waits.
+#include <cstring>
+#include <limits>
+
+#include "base/log.hpp"
+#include "p2p/messenger.hpp"
+
+namespace anview::p2p {
+namespace {
+
+const char* rma_name(RequestImpl::Kind kind) {
+  switch (kind) {
+    case RequestImpl::Kind::put:
+      return "put";
+    case RequestImpl::Kind::get:
+      return "get";
+    default:
+      return "flush";
+  }
+}
+
+// How long the background thread sleeps in the kernel when idle, and how long it stays out of
+// the way after a thread of the rank asked for the driver role.
+constexpr int background_sleep_ms = 50;
+constexpr auto background_back_off = std::chrono::milliseconds(2);
+
+std::string stale_cause(int owner) {
+  return "rank " + std::to_string(owner) +
+         " has no region registered under this key now (it was deregistered, or the key comes "
+         "from another communicator)";
+}
+
+std::string outside_cause(std::uint64_t offset, std::uint64_t bytes, std::uint64_t region,
+                          int owner) {
+  return "bytes " + std::to_string(offset) + ".." + std::to_string(offset + bytes) +
+         " are outside the region of " + std::to_string(region) + " bytes registered at rank " +
+         std::to_string(owner);
+}
+
+}  // namespace
+
+Error Messenger::rma_error(const RequestImpl& op, ErrorKind kind, std::string cause) const {
+  return Error(kind, {.rank = config_.rank,
+                      .peer = op.peer,
+                      .operation = rma_name(op.kind),
+                      .cause = std::move(cause)});
+}
+
+RemoteKey Messenger::register_memory(void* data, std::size_t bytes) {
+  const auto usage = [&](std::string cause) {
+    return Error(ErrorKind::usage,
+                 {.rank = config_.rank, .operation = "register_memory", .cause = std::move(cause)});
+  };
+  if (data == nullptr && bytes > 0) throw usage("null address for a region of " +
+                                                std::to_string(bytes) + " bytes");
+  RemoteKey key;
+  bool emulated = false;
+  {
+    Lock lock(mu_);
+    if (closed_) throw usage("the communicator is closed");
+    const RegionRecord& record = regions_.add(data, bytes);
+    key = RemoteKey{.rank = config_.rank,
+                    .token = record.token,
+                    .address = record.address,
+                    .bytes = record.bytes,
+                    .record = reinterpret_cast<std::uint64_t>(&record)};
+    for (int p = 0; p < config_.world_size; ++p) {
+      const PeerState& ps = peers_[static_cast<std::size_t>(p)];
+      if (p != config_.rank && ps.transport != nullptr && ps.transport->peer_memory(p) == nullptr)
+        emulated = true;
+    }
+  }
+  // Peers reach this region through frames: someone must serve them while we compute.
+  if (emulated) start_background_progress();
+  return key;
+}
+
+void Messenger::deregister_memory(std::uint64_t token) {
+  Lock lock(mu_);
+  regions_.remove(token);
+}
+
+RequestPtr Messenger::start_rma(RequestImpl::Kind kind, const RemoteKey& key, std::size_t bytes,
+                                std::uint64_t offset) {
+  auto op = std::make_shared<RequestImpl>(shared_from_this(), kind, key.rank, Tag{0});
+  if (key.rank < 0 || key.rank >= config_.world_size) {
+    throw rma_error(*op, ErrorKind::usage,
+                    "the key names rank " + std::to_string(key.rank) +
+                        ", not a rank of this communicator (size " +
+                        std::to_string(config_.world_size) + ")");
+  }
+  if (key.token == 0)
+    throw rma_error(*op, ErrorKind::usage, "an empty key (no region was registered for it)");
+  if (offset > key.bytes || bytes > key.bytes - offset)
+    throw rma_error(*op, ErrorKind::usage, outside_cause(offset, bytes, key.bytes, key.rank));
+  op->expected = bytes;
+  op->status = Status{key.rank, Tag{0}, bytes};
+  return op;
+}
+
+RequestPtr Messenger::put(const void* local, std::size_t bytes, const RemoteKey& key,
+                          std::uint64_t offset) {
+  RequestPtr op = start_rma(RequestImpl::Kind::put, key, bytes, offset);
+  if (local == nullptr && bytes > 0)
+    throw rma_error(*op, ErrorKind::usage, "null local buffer for a non-empty put");
+  op->send_data = static_cast<const char*>(local);
+  op->send_bytes = bytes;
+  return issue_rma(op, key, offset);
+}
+
+RequestPtr Messenger::get(void* local, std::size_t bytes, const RemoteKey& key,
+                          std::uint64_t offset) {
+  RequestPtr op = start_rma(RequestImpl::Kind::get, key, bytes, offset);
+  if (local == nullptr && bytes > 0)
+    throw rma_error(*op, ErrorKind::usage, "null local buffer for a non-empty get");
+  op->recv_data = static_cast<char*>(local);
+  op->capacity = bytes;
+  return issue_rma(op, key, offset);
+}
+
+RequestPtr Messenger::issue_rma(const RequestPtr& op, const RemoteKey& key,
+                                std::uint64_t offset) {
+  const int peer = key.rank;
+  const std::size_t bytes = op->expected;
+  const transport::PeerMemory* direct = nullptr;
+  Completions completed;
+  {
+    Lock lock(mu_);
+    PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+    if (closed_) {
+      complete(*op, rma_error(*op, ErrorKind::usage, "the communicator is closed"));
+    } else if (ps.failure) {
+      complete(*op, ps.failure->for_operation(rma_name(op->kind), std::nullopt));
+    } else if (bytes == 0) {
+      complete(*op, std::nullopt);
+    } else if (peer == config_.rank) {
+      complete(*op, local_rma(*op, key, offset));
+    } else if (ps.transport != nullptr && (direct = ps.transport->peer_memory(peer)) != nullptr) {
+      // Copied below, without the lock.
+    } else {
+      emulate_rma(op, key, offset);
+    }
+    take_completed(completed);
+  }
+  if (direct != nullptr) {
+    std::optional<Error> error = direct_rma(*op, *direct, key, offset);
+    Lock lock(mu_);
+    complete(*op, std::move(error));
+    take_completed(completed);
+  }
+  if (op->error) {  // for the next flush to report
+    Lock lock(mu_);
+    auto& failure = peers_[static_cast<std::size_t>(peer)].rma_failure;
+    if (!failure) failure = op->error;
+  }
+  run_callbacks(completed);
+  return op;
+}
+
+std::optional<Error> Messenger::local_rma(RequestImpl& op, const RemoteKey& key,
+                                          std::uint64_t offset) {
+  const RegionRecord* record = regions_.find(key.token);
+  if (record == nullptr || record->address != key.address || record->bytes != key.bytes)
+    return rma_error(op, ErrorKind::usage, stale_cause(key.rank));
+  char* region = reinterpret_cast<char*>(key.address) + offset;
+  if (op.kind == RequestImpl::Kind::put) {
+    std::memmove(region, op.send_data, op.send_bytes);
+  } else {
+    std::memmove(op.recv_data, region, op.capacity);
+  }
+  op.received = op.expected;
+  return std::nullopt;
+}
+
+std::optional<Error> Messenger::direct_rma(RequestImpl& op, const transport::PeerMemory& memory,
+                                           const RemoteKey& key, std::uint64_t offset) {
+  const char* name = rma_name(op.kind);
+  try {
+    RegionRecord record;
+    memory.read(key.record, &record, sizeof record, name);
+    if (record.token != key.token || record.address != key.address || record.bytes != key.bytes)
+      return rma_error(op, ErrorKind::usage, stale_cause(key.rank));
+    if (op.kind == RequestImpl::Kind::put) {
+      memory.write(key.address + offset, op.send_data, op.send_bytes, name);
+    } else {
+      memory.read(key.address + offset, op.recv_data, op.capacity, name);
+    }
+  } catch (const Error& e) {
+    return e;
+  }
+  op.received = op.expected;
+  return std::nullopt;
+}
+
+void Messenger::emulate_rma(const RequestPtr& op, const RemoteKey& key, std::uint64_t offset) {
+  const int peer = key.rank;
+  op->id = next_id_++;
+  op->phase = RequestImpl::Phase::transferring;
+  peers_[static_cast<std::size_t>(peer)].rma.emplace(op->id, op);
+  const std::uint64_t id = op->id;
+  if (op->kind == RequestImpl::Kind::get) {
+    transport::FrameHeader h;
+    h.type = static_cast<std::uint8_t>(FrameType::get);
+    h.payload_bytes = sizeof(GetRequest);
+    h.tag = key.token;
+    h.id = id;
+    h.arg = offset;
+    auto request = std::make_shared<GetRequest>(GetRequest{.bytes = op->expected});
+    send_frame(peer, h, request.get(), transport::Ordering::ordered,
+               [this, peer, id, request](const Error* e) {
+                 if (e) finish_rma(peer, id, e->for_operation("get", std::nullopt));
+               });
+    return;
+  }
+  const std::size_t bytes = op->send_bytes;
+  for (std::size_t done = 0; done < bytes; done += chunk_bytes_) {
+    transport::FrameHeader h;
+    h.type = static_cast<std::uint8_t>(FrameType::put);
+    h.payload_bytes = static_cast<std::uint32_t>(std::min(chunk_bytes_, bytes - done));
+    h.tag = key.token;
+    h.id = id;
+    h.arg = offset + done;
+    send_frame(peer, h, op->send_data + done, transport::Ordering::any_stream,
+               [this, peer, id](const Error* e) {
+                 if (e) finish_rma(peer, id, e->for_operation("put", std::nullopt));
+               });
+    if (op->phase == RequestImpl::Phase::complete) return;
+  }
+}
+
+void Messenger::reject_rma(int peer, FrameType type, std::uint64_t id, RmaReject why) {
+  transport::FrameHeader h;
+  h.type = static_cast<std::uint8_t>(type);
+  h.flags = static_cast<std::uint8_t>(why);
+  h.id = id;
+  send_frame(peer, h, nullptr, transport::Ordering::ordered, nullptr);
+}
+
+transport::Landing Messenger::on_rma_frame(int peer, const transport::FrameHeader& h) {
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::put: {  // we own the region
+      const RegionRecord* region = regions_.find(h.tag);
+      if (region == nullptr) {
+        reject_rma(peer, FrameType::put_ack, h.id, RmaReject::unknown_region);
+        return {};  // the transport drops the payload
+      }
+      if (h.payload_bytes == 0 || h.arg > region->bytes ||
+          h.payload_bytes > region->bytes - h.arg) {
+        reject_rma(peer, FrameType::put_ack, h.id, RmaReject::outside_region);
+        return {};
+      }
+      return {.data = reinterpret_cast<char*>(region->address) + h.arg, .defer = false};
+    }
+    case FrameType::get:
+      if (h.payload_bytes != sizeof(GetRequest)) {
+        protocol_error(peer, "get frame with a payload of " + std::to_string(h.payload_bytes) +
+                                 " bytes (expected " + std::to_string(sizeof(GetRequest)) + ")");
+        return {};
+      }
+      return {.data = &ps.incoming_get, .defer = false};
+    case FrameType::put_ack: {
+      auto it = ps.rma.find(h.id);
+      if (h.payload_bytes != 0) {
+        protocol_error(peer, "put acknowledgement with a payload");
+      } else if (it == ps.rma.end()) {
+        // The put failed here already (a later chunk's refusal): nothing to do.
+      } else if (it->second->kind != RequestImpl::Kind::put) {
+        protocol_error(peer, "put acknowledgement for operation " + std::to_string(h.id) +
+                                 ", which is not a put");
+      } else if (h.flags != 0) {
+        RequestImpl& op = *it->second;
+        const auto why = static_cast<RmaReject>(h.flags);
+        finish_rma(peer, h.id,
+                   rma_error(op, ErrorKind::usage,
+                             why == RmaReject::unknown_region
+                                 ? stale_cause(peer)
+                                 : "rank " + std::to_string(peer) +
+                                       " found the range outside the region it registered"));
+      } else {
+        RequestImpl& op = *it->second;
+        if (h.arg > op.expected - op.received) {
+          protocol_error(peer, "put acknowledgement for more bytes than were sent");
+        } else if ((op.received += h.arg) == op.expected) {
+          finish_rma(peer, h.id, std::nullopt);
+        }
+      }
+      return {};
+    }
+    case FrameType::get_data: {
+      auto it = ps.rma.find(h.id);
+      if (it == ps.rma.end()) return {};  // failed here already: drop the bytes
+      RequestImpl& op = *it->second;
+      if (op.kind != RequestImpl::Kind::get) {
+        protocol_error(peer, "get data for operation " + std::to_string(h.id) +
+                                 ", which is not a get");
+        return {};
+      }
+      if (h.flags != 0) {
+        if (h.payload_bytes != 0) {
+          protocol_error(peer, "a refused get with a payload");
+          return {};
+        }
+        const auto why = static_cast<RmaReject>(h.flags);
+        finish_rma(peer, h.id,
+                   rma_error(op, ErrorKind::usage,
+                             why == RmaReject::unknown_region
+                                 ? stale_cause(peer)
+                                 : "rank " + std::to_string(peer) +
+                                       " found the range outside the region it registered"));
+        return {};
+      }
+      if (h.payload_bytes == 0 || h.arg > op.expected ||
+          h.payload_bytes > op.expected - h.arg) {
+        protocol_error(peer, "get data outside the get (offset " + std::to_string(h.arg) + ", " +
+                                 std::to_string(h.payload_bytes) + " bytes of " +
+                                 std::to_string(op.expected) + ")");
+        return {};
+      }
+      return {.data = op.recv_data + h.arg, .defer = false};
+    }
+    default:
+      return {};
+  }
+}
+
+void Messenger::on_rma_frame_done(int peer, const transport::FrameHeader& h) {
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::put: {
+      transport::FrameHeader ack;
+      ack.type = static_cast<std::uint8_t>(FrameType::put_ack);
+      ack.id = h.id;
+      ack.arg = h.payload_bytes;
+      send_frame(peer, ack, nullptr, transport::Ordering::ordered, nullptr);
+      return;
+    }
+    case FrameType::get: {
+      const GetRequest request = ps.incoming_get;
+      if (request.reserved != 0 || request.bytes == 0) {
+        protocol_error(peer, "malformed get request (" + std::to_string(request.bytes) +
+                                 " bytes)");
+        return;
+      }
+      const RegionRecord* region = regions_.find(h.tag);
+      if (region == nullptr) {
+        reject_rma(peer, FrameType::get_data, h.id, RmaReject::unknown_region);
+        return;
+      }
+      if (h.arg > region->bytes || request.bytes > region->bytes - h.arg) {
+        reject_rma(peer, FrameType::get_data, h.id, RmaReject::outside_region);
+        return;
+      }
+      const char* from = reinterpret_cast<const char*>(region->address) + h.arg;
+      for (std::uint64_t done = 0; done < request.bytes; done += chunk_bytes_) {
+        transport::FrameHeader d;
+        d.type = static_cast<std::uint8_t>(FrameType::get_data);
+        d.payload_bytes = static_cast<std::uint32_t>(
+            std::min<std::uint64_t>(chunk_bytes_, request.bytes - done));
+        d.id = h.id;
+        d.arg = done;
+        send_frame(peer, d, from + done, transport::Ordering::any_stream, nullptr);
+      }
+      return;
+    }
+    case FrameType::get_data: {
+      auto it = ps.rma.find(h.id);
+      if (it == ps.rma.end()) return;
+      RequestImpl& op = *it->second;
+      if ((op.received += h.payload_bytes) == op.expected) finish_rma(peer, h.id, std::nullopt);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void Messenger::finish_rma(int peer, std::uint64_t id, std::optional<Error> error) {
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  auto it = ps.rma.find(id);
+  if (it == ps.rma.end()) return;
+  RequestPtr op = std::move(it->second);
+  ps.rma.erase(it);
+  if (error) {
+    bool reported = false;
+    for (auto& f : ps.flushes) {
+      if (id >= f->before) continue;
+      reported = true;
+      if (!f->error) f->error = error;
+    }
+    if (!reported && !ps.rma_failure) ps.rma_failure = error;
+  }
+  complete(std::move(op), std::move(error));
+  settle_flushes(ps);
+}
+
+void Messenger::settle_flushes(PeerState& ps) {
+  const std::uint64_t oldest =
+      ps.rma.empty() ? std::numeric_limits<std::uint64_t>::max() : ps.rma.begin()->first;
+  for (auto it = ps.flushes.begin(); it != ps.flushes.end();) {
+    if ((*it)->before > oldest) {
+      ++it;
+      continue;
+    }
+    std::shared_ptr<Flush> f = std::move(*it);
+    it = ps.flushes.erase(it);
+    if (--f->peers_left == 0) complete(std::move(f->request), std::move(f->error));
+  }
+}
+
+void Messenger::fail_rma(PeerState& ps, const Error& error) {
+  for (auto& [id, op] : ps.rma) complete(op, error.for_operation(rma_name(op->kind), std::nullopt));
+  ps.rma.clear();
+  for (auto& f : ps.flushes) {
+    if (!f->error) f->error = error.for_operation("flush", std::nullopt);
+    if (--f->peers_left == 0) complete(std::move(f->request), std::move(f->error));
+  }
+  ps.flushes.clear();
+}
+
+RequestPtr Messenger::flush(int peer) {
+  auto req = std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::flush, peer,
+                                           Tag{0});
+  if (peer != any_source && (peer < 0 || peer >= config_.world_size)) {
+    throw rma_error(*req, ErrorKind::usage,
+                    "peer " + std::to_string(peer) + " is not a rank of this communicator (size " +
+                        std::to_string(config_.world_size) + ")");
+  }
+  Completions completed;
+  {
+    Lock lock(mu_);
+    auto f = std::make_shared<Flush>();
+    f->request = req;
+    f->before = next_id_;
+    for (int p = 0; p < config_.world_size; ++p) {
+      if (peer != any_source && p != peer) continue;
+      PeerState& ps = peers_[static_cast<std::size_t>(p)];
+      if (ps.rma_failure) {
+        if (!f->error) f->error = std::move(ps.rma_failure);
+        ps.rma_failure.reset();
+      }
+      if (ps.rma.empty() || ps.rma.begin()->first >= f->before) continue;
+      ps.flushes.push_back(f);
+      ++f->peers_left;
+    }
+    if (f->peers_left == 0) complete(*req, std::move(f->error));
+    take_completed(completed);
+  }
+  run_callbacks(completed);
+  return req;
+}
+
+// Background progress -------------------------------------------------------------------------
+
+void Messenger::start_background_progress() {
+  std::lock_guard lock(background_mu_);
+  if (background_on_.load() || background_stop_.load()) return;
+  background_on_.store(true);
+  background_ = std::thread([this] { background_progress(); });
+}
+
+void Messenger::stop_background_progress() {
+  std::thread thread;
+  {
+    std::lock_guard lock(background_mu_);
+    background_stop_.store(true);
+    thread = std::move(background_);
+  }
+  if (!thread.joinable()) return;
+  background_cv_.notify_all();
+  engine_.wakeup();  // out of its sleep in epoll
+  if (thread.get_id() == std::this_thread::get_id()) {
+    thread.detach();  // a completion callback it ran closed the communicator
+  } else {
+    thread.join();
+  }
+}
+
+void Messenger::background_progress() {
+  // Drives progress while no thread of the rank does: sleeps in the kernel (epoll, shm
+  // wake-ups) when idle. A thread that wants the role kicks it out of its sleep and it backs
+  // off for a while, so the rank's own waits keep their busy-poll latency.
+  std::unique_lock lock(background_mu_);
+  while (!background_stop_.load()) {
+    const bool back_off = role_wanted_.load() > 0 || role_kicked_.exchange(false);
+    if (!back_off && take_driver_role()) {
+      lock.unlock();
+      background_driving_.store(true);
+      drive(background_sleep_ms);
+      background_driving_.store(false);
+      release_driver_role();
+      lock.lock();
+      continue;
+    }
+    background_cv_.wait_for(lock, background_back_off, [&] { return background_stop_.load(); });
+  }
+}
+
+void Messenger::kick_background() {
+  if (!background_driving_.load(std::memory_order_relaxed)) return;
+  role_kicked_.store(true);
+  engine_.wakeup();
+}
+
+}  // namespace anview::p2p

@@ -1,0 +1,248 @@
+// One-sided put/get/flush, thread-per-rank, on every path: shm with cross-memory attach
+// (direct), shm without it and TCP (emulated with frames), in-process, and a rank to itself.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "support/expect_error.hpp"
+#include "support/scoped_env.hpp"
+#include "support/thread_ranks.hpp"
+
+namespace anview {
+namespace {
+
+using anview::testing::expect_error;
+using anview::testing::make_payload;
+using anview::testing::payload_ok;
+using anview::testing::run_ranks;
+using anview::testing::ScopedEnv;
+using namespace std::chrono_literals;
+
+struct Path {
+  const char* name;
+  const char* transports;
+  const char* cma;
+};
+
+class OneSided : public ::testing::TestWithParam<Path> {
+ protected:
+  ScopedEnv transports_{"ANVIEW_TRANSPORTS", GetParam().transports};
+  ScopedEnv cma_{"ANVIEW_SHM_CMA", GetParam().cma};
+};
+
+// Every rank's key, through an allgather of the packed bytes.
+std::vector<RemoteKey> exchange_keys(Communicator& comm, const MemoryRegion& region) {
+  const auto mine = region.key().pack();
+  std::vector<std::byte> all(RemoteKey::packed_bytes * static_cast<std::size_t>(comm.size()));
+  comm.allgather(mine.data(), all.data(), mine.size(), DataType::uint8);
+  std::vector<RemoteKey> keys;
+  for (int r = 0; r < comm.size(); ++r) {
+    keys.push_back(RemoteKey::unpack(std::span<const std::byte>(
+        all.data() + RemoteKey::packed_bytes * static_cast<std::size_t>(r),
+        RemoteKey::packed_bytes)));
+  }
+  return keys;
+}
+
+TEST_P(OneSided, PutThenGetEverySizeClass) {
+  const std::vector<std::size_t> sizes = {1, 8, 4096, 65537, (1u << 20) + 3, 5u << 20};
+  run_ranks(3, [&](Communicator& comm) {
+    constexpr std::size_t slot = 6u << 20;
+    std::vector<unsigned char> memory(slot * static_cast<std::size_t>(comm.size()), 0);
+    MemoryRegion region = comm.register_memory(memory.data(), memory.size());
+    const auto keys = exchange_keys(comm, region);
+    const int next = (comm.rank() + 1) % comm.size();
+    for (std::size_t m = 0; m < sizes.size(); ++m) {
+      // Each rank writes its own slot of the next rank's region, then reads it back.
+      const auto out = make_payload(comm.rank(), m, sizes[m]);
+      const std::uint64_t offset = slot * static_cast<std::size_t>(comm.rank()) + m;
+      comm.put(out.data(), out.size(), keys[static_cast<std::size_t>(next)], offset).wait();
+      comm.flush(next).wait();
+      std::vector<unsigned char> back(sizes[m]);
+      const Status s =
+          comm.get(back.data(), back.size(), keys[static_cast<std::size_t>(next)], offset).wait();
+      EXPECT_EQ(s.bytes, sizes[m]);
+      EXPECT_TRUE(payload_ok(back.data(), comm.rank(), m, sizes[m])) << "size " << sizes[m];
+      comm.barrier();
+      const int prev = (comm.rank() + comm.size() - 1) % comm.size();
+      EXPECT_TRUE(payload_ok(memory.data() + slot * static_cast<std::size_t>(prev) + m, prev, m,
+                             sizes[m]))
+          << "what rank " << prev << " put, size " << sizes[m];
+      comm.barrier();
+    }
+  });
+}
+
+TEST_P(OneSided, ManyOutstandingPutsThenOneFlush) {
+  run_ranks(2, [&](Communicator& comm) {
+    constexpr std::size_t count = 2000;
+    std::vector<std::uint64_t> memory(count, 0);
+    MemoryRegion region = comm.register_memory(memory.data(), memory.size() * 8);
+    const auto keys = exchange_keys(comm, region);
+    const int peer = 1 - comm.rank();
+    std::vector<std::uint64_t> values(count);
+    std::vector<Request> puts;
+    for (std::size_t i = 0; i < count; ++i) {
+      values[i] = (static_cast<std::uint64_t>(comm.rank()) << 32) | i;
+      puts.push_back(comm.put(&values[i], 8, keys[static_cast<std::size_t>(peer)], i * 8));
+    }
+    comm.flush(peer).wait();
+    for (auto& p : puts) EXPECT_TRUE(p.done());
+    std::vector<std::uint64_t> back(count);
+    comm.get(back.data(), back.size() * 8, keys[static_cast<std::size_t>(peer)]).wait();
+    EXPECT_EQ(back, values);
+    comm.barrier();
+    for (std::size_t i = 0; i < count; ++i)
+      ASSERT_EQ(memory[i], (static_cast<std::uint64_t>(peer) << 32) | i);
+    comm.barrier();
+  });
+}
+
+TEST_P(OneSided, OwnerServesWithoutMakingAnyCall) {
+  std::atomic<bool> finished{false};
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<unsigned char> memory(3u << 20);
+    for (std::size_t i = 0; i < memory.size(); ++i) memory[i] = static_cast<unsigned char>(i * 7);
+    MemoryRegion region = comm.register_memory(memory.data(), memory.size());
+    const auto keys = exchange_keys(comm, region);
+    if (comm.rank() == 0) {
+      // Busy elsewhere: no Anview call until the peer is done (or gives up).
+      const auto give_up = std::chrono::steady_clock::now() + 20s;
+      while (!finished.load() && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(1ms);
+      EXPECT_TRUE(finished.load());
+      EXPECT_EQ(memory[5], 0xAB);
+    } else {
+      std::vector<unsigned char> got(memory.size());
+      comm.get(got.data(), got.size(), keys[0]).wait(10s);
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], static_cast<unsigned char>(i * 7)) << i;
+      const unsigned char byte = 0xAB;
+      comm.put(&byte, 1, keys[0], 5).wait(10s);
+      comm.flush(0).wait(10s);
+      finished.store(true);
+    }
+    comm.barrier();
+  });
+}
+
+TEST_P(OneSided, RangesOutsideTheRegionFailAtTheCall) {
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<unsigned char> memory(100, 0x11);
+    MemoryRegion region = comm.register_memory(memory.data(), memory.size());
+    const auto keys = exchange_keys(comm, region);
+    const RemoteKey& other = keys[static_cast<std::size_t>(1 - comm.rank())];
+    unsigned char buffer[64] = {};
+    const Error past_end = expect_error([&] { comm.put(buffer, 10, other, 95); });
+    EXPECT_EQ(past_end.kind(), ErrorKind::usage);
+    EXPECT_EQ(past_end.operation(), "put");
+    EXPECT_NE(past_end.cause().find("outside the region of 100 bytes"), std::string::npos)
+        << past_end.what();
+    const Error huge = expect_error([&] { comm.get(buffer, 64, other, ~std::uint64_t{0}); });
+    EXPECT_EQ(huge.kind(), ErrorKind::usage);
+    EXPECT_EQ(huge.operation(), "get");
+    RemoteKey elsewhere = other;
+    elsewhere.rank = 7;
+    EXPECT_EQ(expect_error([&] { comm.put(buffer, 1, elsewhere); }).kind(), ErrorKind::usage);
+    EXPECT_EQ(expect_error([&] { comm.put(buffer, 1, RemoteKey{.rank = 0}); }).kind(),
+              ErrorKind::usage);
+    comm.barrier();
+    for (unsigned char b : memory) ASSERT_EQ(b, 0x11);  // nothing was written
+  });
+}
+
+TEST_P(OneSided, StaleKeysAreRejectedAndNothingIsWritten) {
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<unsigned char> memory(1u << 20, 0x22);
+    MemoryRegion region = comm.register_memory(memory.data(), memory.size());
+    const auto keys = exchange_keys(comm, region);
+    region.deregister();
+    EXPECT_FALSE(region.valid());
+    // A new region on the same memory has a new key: the old one stays stale.
+    MemoryRegion again = comm.register_memory(memory.data(), memory.size());
+    comm.barrier();
+    const int peer = 1 - comm.rank();
+    const std::vector<unsigned char> out(300000, 0x99);
+    const Error put_error = expect_error(
+        [&] { comm.put(out.data(), out.size(), keys[static_cast<std::size_t>(peer)]).wait(); });
+    EXPECT_EQ(put_error.kind(), ErrorKind::usage);
+    EXPECT_EQ(put_error.peer(), peer);
+    EXPECT_NE(put_error.cause().find("no region registered under this key"), std::string::npos)
+        << put_error.what();
+    std::vector<unsigned char> in(1000, 0x33);
+    const Error get_error = expect_error(
+        [&] { comm.get(in.data(), in.size(), keys[static_cast<std::size_t>(peer)]).wait(); });
+    EXPECT_EQ(get_error.kind(), ErrorKind::usage);
+    EXPECT_EQ(get_error.operation(), "get");
+    comm.barrier();
+    for (unsigned char b : memory) ASSERT_EQ(b, 0x22);  // nothing was written
+  });
+}
+
+TEST_P(OneSided, AFlushReportsTheFailureOfAnOperationItCovers) {
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<unsigned char> memory(4096, 0);
+    MemoryRegion region = comm.register_memory(memory.data(), memory.size());
+    const auto keys = exchange_keys(comm, region);
+    region.deregister();
+    comm.barrier();
+    const int peer = 1 - comm.rank();
+    const unsigned char byte = 1;
+    Request put = comm.put(&byte, 1, keys[static_cast<std::size_t>(peer)], 10);
+    Request flush = comm.flush();
+    EXPECT_EQ(expect_error([&] { flush.wait(); }).kind(), ErrorKind::usage);
+    EXPECT_EQ(expect_error([&] { put.wait(); }).kind(), ErrorKind::usage);
+    comm.barrier();
+  });
+}
+
+TEST_P(OneSided, ARankReachesItsOwnRegion) {
+  run_ranks(1, [&](Communicator& comm) {
+    std::vector<unsigned char> memory(1000, 0);
+    MemoryRegion region = comm.register_memory(memory.data(), memory.size());
+    const auto data = make_payload(0, 1, 500);
+    comm.put(data.data(), data.size(), region.key(), 250).wait();
+    EXPECT_TRUE(payload_ok(memory.data() + 250, 0, 1, 500));
+    std::vector<unsigned char> back(500);
+    comm.get(back.data(), back.size(), region.key(), 250).wait();
+    EXPECT_EQ(back, data);
+    const RemoteKey key = region.key();
+    region.deregister();
+    EXPECT_EQ(expect_error([&] { comm.get(back.data(), 1, key).wait(); }).kind(),
+              ErrorKind::usage);
+    // The next flush reports that failure too, once.
+    EXPECT_EQ(expect_error([&] { comm.flush().wait(); }).kind(), ErrorKind::usage);
+    comm.flush().wait();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, OneSided,
+                         ::testing::Values(Path{"shm", "shm,tcp", "1"},
+                                           Path{"shm_ring", "shm,tcp", "0"},
+                                           Path{"tcp", "tcp", "1"},
+                                           Path{"inproc", "inproc", "1"}),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+TEST(RemoteKey, PacksAndRefusesGarbage) {
+  const RemoteKey key{.rank = 3, .token = 42, .address = 0x1000, .bytes = 77, .record = 0x2000};
+  const auto packed = key.pack();
+  const RemoteKey back = RemoteKey::unpack(packed);
+  EXPECT_EQ(back.rank, 3);
+  EXPECT_EQ(back.token, 42u);
+  EXPECT_EQ(back.address, 0x1000u);
+  EXPECT_EQ(back.bytes, 77u);
+  EXPECT_EQ(back.record, 0x2000u);
+  auto garbage = packed;
+  garbage[0] = std::byte{0};
+  EXPECT_EQ(expect_error([&] { RemoteKey::unpack(garbage); }).kind(), ErrorKind::usage);
+  EXPECT_EQ(expect_error([&] {
+              RemoteKey::unpack(std::span<const std::byte>(packed.data(), 10));
+            }).kind(),
+            ErrorKind::usage);
+}
+
+}  // namespace
+}  // namespace anview
