@@ -163,6 +163,10 @@ class Communicator {
   // the target. A range outside the region is Error(usage) at the call; a key whose region
   // is no longer registered fails the request (usage), and nothing is written.
   MemoryRegion register_memory(void* data, std::size_t bytes);
+  // A new zeroed region of `bytes`, in shared memory that same-host peers map: their puts and
+  // gets are then a plain copy, with no system call (like MPI_Win_allocate). The fastest
+  // choice for buffers peers on this host reach often (a KV-cache pool).
+  MemoryRegion allocate_memory(std::size_t bytes);
   Request put(const void* local, std::size_t bytes, const RemoteKey& key, std::uint64_t offset = 0);
   Request get(void* local, std::size_t bytes, const RemoteKey& key, std::uint64_t offset = 0);
   // Completes when every put and get issued before it to `peer` (to every peer with

@@ -29,14 +29,17 @@ struct RemoteKey {
   std::uint64_t address = 0;   // the region's first byte in the owner's memory
   std::uint64_t bytes = 0;     // its size
   std::uint64_t record = 0;    // where the owner keeps the registration (checked before use)
+  std::int32_t pid = 0;        // the owner's process
+  std::int32_t fd = -1;        // allocate_memory: the owner's shared-memory descriptor, else -1
 
-  static constexpr std::size_t packed_bytes = 40;
+  static constexpr std::size_t packed_bytes = 48;
   std::array<std::byte, packed_bytes> pack() const;
   // Raises Error(usage) when `data` is not a packed key.
   static RemoteKey unpack(std::span<const std::byte> data);
 };
 
-// A registered region of this rank's memory; deregistered when destroyed (or deregister()).
+// A registered region of this rank's memory (register_memory), or memory Anview allocated
+// for one (allocate_memory: freed with the region); deregistered when destroyed.
 // The memory must stay valid while registered, and deregistering while a peer's put or get
 // into it is in flight is an error of the program (as in MPI and UCX): a put that arrives
 // after deregistration is rejected, and nothing is written.

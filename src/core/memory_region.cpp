@@ -35,6 +35,8 @@ std::array<std::byte, RemoteKey::packed_bytes> RemoteKey::pack() const {
   put_field(at, address);
   put_field(at, bytes);
   put_field(at, record);
+  put_field(at, pid);
+  put_field(at, fd);
   return out;
 }
 
@@ -54,6 +56,8 @@ RemoteKey RemoteKey::unpack(std::span<const std::byte> data) {
   key.address = take_field<std::uint64_t>(at);
   key.bytes = take_field<std::uint64_t>(at);
   key.record = take_field<std::uint64_t>(at);
+  key.pid = take_field<std::int32_t>(at);
+  key.fd = take_field<std::int32_t>(at);
   if (key.rank < 0 || key.token == 0) throw bad("a packed key with no region in it");
   return key;
 }
@@ -84,6 +88,11 @@ void MemoryRegion::deregister() {
 MemoryRegion Communicator::register_memory(void* data, std::size_t bytes) {
   auto& messenger = impl_->messenger();
   return MemoryRegion(messenger.shared_from_this(), messenger.register_memory(data, bytes));
+}
+
+MemoryRegion Communicator::allocate_memory(std::size_t bytes) {
+  auto& messenger = impl_->messenger();
+  return MemoryRegion(messenger.shared_from_this(), messenger.allocate_memory(bytes));
 }
 
 Request Communicator::put(const void* local, std::size_t bytes, const RemoteKey& key,

@@ -24,6 +24,7 @@
 #include "anview/memory.hpp"
 #include "base/metrics.hpp"
 #include "base/progress_engine.hpp"
+#include "base/shared_segment.hpp"
 #include "base/trace.hpp"
 #include "p2p/matching.hpp"
 #include "p2p/protocol.hpp"
@@ -146,6 +147,7 @@ class Messenger final : public transport::FrameSink,
   // One-sided access (one_sided.cpp, docs/one-sided.md). Registering starts the background
   // progress that serves peers' emulated puts and gets while no thread of this rank waits.
   RemoteKey register_memory(void* data, std::size_t bytes);
+  RemoteKey allocate_memory(std::size_t bytes);
   void deregister_memory(std::uint64_t token);
   RequestPtr put(const void* local, std::size_t bytes, const RemoteKey& key, std::uint64_t offset);
   RequestPtr get(void* local, std::size_t bytes, const RemoteKey& key, std::uint64_t offset);
@@ -231,6 +233,9 @@ class Messenger final : public transport::FrameSink,
   std::optional<Error> direct_rma(RequestImpl& op, const transport::PeerMemory& memory,
                                   const RemoteKey& key, std::uint64_t offset);
   Error rma_error(const RequestImpl& op, ErrorKind kind, std::string cause) const;
+  RemoteKey add_region(void* data, std::size_t bytes, std::unique_ptr<base::SharedSegment> segment);
+  // The peer's allocated region of `key` mapped here (cached), or null where it cannot be.
+  std::shared_ptr<char> mapping(const transport::PeerMemory& memory, const RemoteKey& key);
   // The thread that drives progress while nobody waits, so peers' emulated one-sided
   // operations are served (started by the first registration; stopped by shutdown()).
   void start_background_progress();
@@ -267,6 +272,9 @@ class Messenger final : public transport::FrameSink,
   std::unordered_map<std::uint64_t, RequestPtr> recvs_;  // rendezvous receives by id
   std::uint64_t next_id_ = 1;
   RegionTable regions_;
+  // allocate_memory's segments by token, and peers' segments mapped here by (rank, token).
+  std::unordered_map<std::uint64_t, std::unique_ptr<base::SharedSegment>> segments_;
+  std::map<std::pair<int, std::uint64_t>, std::shared_ptr<char>> mappings_;
   std::thread background_;
   std::atomic<bool> background_stop_{false};
   std::atomic<bool> background_on_{false};

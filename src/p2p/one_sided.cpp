@@ -10,8 +10,12 @@
 //   get with data frames read straight from the region. So that this needs no code on the
 //   owner's side, registering memory starts a background thread that drives progress while
 //   no thread of the rank waits.
+#include <unistd.h>
+
+#include <atomic>
 #include <cstring>
 #include <limits>
+#include <system_error>
 
 #include "base/log.hpp"
 #include "p2p/messenger.hpp"
@@ -34,6 +38,25 @@ const char* rma_name(RequestImpl::Kind kind) {
 // the way after a thread of the rank asked for the driver role.
 constexpr int background_sleep_ms = 50;
 constexpr auto background_back_off = std::chrono::milliseconds(2);
+
+// allocate_memory's segments: a header page (the token, checked by peers that map the
+// segment before they copy), then the region.
+constexpr std::size_t segment_header_bytes = 4096;
+constexpr std::size_t max_mappings = 4096;
+
+std::atomic_ref<std::uint64_t> header_token(char* segment) {
+  return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(segment));
+}
+
+// A large copy in pieces: one memcpy of many megabytes switches to non-temporal stores,
+// which bypass the cache and run at memory speed even where source and target fit in it.
+// This is how UCX copies into mapped memory too.
+constexpr std::size_t copy_piece = 256 * 1024;
+
+void copy_in_pieces(char* to, const char* from, std::size_t bytes) {
+  for (std::size_t done = 0; done < bytes; done += copy_piece)
+    std::memcpy(to + done, from + done, std::min(copy_piece, bytes - done));
+}
 
 std::string stale_cause(int owner) {
   return "rank " + std::to_string(owner) +
@@ -58,23 +81,54 @@ Error Messenger::rma_error(const RequestImpl& op, ErrorKind kind, std::string ca
 }
 
 RemoteKey Messenger::register_memory(void* data, std::size_t bytes) {
-  const auto usage = [&](std::string cause) {
-    return Error(ErrorKind::usage,
-                 {.rank = config_.rank, .operation = "register_memory", .cause = std::move(cause)});
-  };
-  if (data == nullptr && bytes > 0) throw usage("null address for a region of " +
-                                                std::to_string(bytes) + " bytes");
+  if (data == nullptr && bytes > 0) {
+    throw Error(ErrorKind::usage,
+                {.rank = config_.rank,
+                 .operation = "register_memory",
+                 .cause = "null address for a region of " + std::to_string(bytes) + " bytes"});
+  }
+  return add_region(data, bytes, nullptr);
+}
+
+RemoteKey Messenger::allocate_memory(std::size_t bytes) {
+  std::unique_ptr<base::SharedSegment> segment;
+  try {
+    segment = std::make_unique<base::SharedSegment>(
+        "anview-region", segment_header_bytes + std::max<std::size_t>(bytes, 1));
+  } catch (const std::system_error& e) {
+    throw Error(ErrorKind::internal,
+                {.rank = config_.rank,
+                 .operation = "allocate_memory",
+                 .cause = "no shared memory for " + std::to_string(bytes) + " bytes: " + e.what()});
+  }
+  char* data = segment->data() + segment_header_bytes;
+  return add_region(data, bytes, std::move(segment));
+}
+
+RemoteKey Messenger::add_region(void* data, std::size_t bytes,
+                                std::unique_ptr<base::SharedSegment> segment) {
   RemoteKey key;
   bool emulated = false;
   {
     Lock lock(mu_);
-    if (closed_) throw usage("the communicator is closed");
+    if (closed_) {
+      throw Error(ErrorKind::usage, {.rank = config_.rank,
+                                     .operation = segment ? "allocate_memory" : "register_memory",
+                                     .cause = "the communicator is closed"});
+    }
     const RegionRecord& record = regions_.add(data, bytes);
     key = RemoteKey{.rank = config_.rank,
                     .token = record.token,
                     .address = record.address,
                     .bytes = record.bytes,
-                    .record = reinterpret_cast<std::uint64_t>(&record)};
+                    .record = reinterpret_cast<std::uint64_t>(&record),
+                    .pid = static_cast<std::int32_t>(::getpid()),
+                    .fd = -1};
+    if (segment) {
+      key.fd = segment->fd();
+      header_token(segment->data()).store(record.token, std::memory_order_release);
+      segments_.emplace(record.token, std::move(segment));
+    }
     for (int p = 0; p < config_.world_size; ++p) {
       const PeerState& ps = peers_[static_cast<std::size_t>(p)];
       if (p != config_.rank && ps.transport != nullptr && ps.transport->peer_memory(p) == nullptr)
@@ -87,8 +141,39 @@ RemoteKey Messenger::register_memory(void* data, std::size_t bytes) {
 }
 
 void Messenger::deregister_memory(std::uint64_t token) {
+  std::unique_ptr<base::SharedSegment> segment;
+  {
+    Lock lock(mu_);
+    regions_.remove(token);
+    auto it = segments_.find(token);
+    if (it == segments_.end()) return;
+    segment = std::move(it->second);
+    segments_.erase(it);
+    // First: a peer's check fails from now on (a mapping it holds keeps the pages alive, so
+    // a put already past its check lands in memory nobody reads).
+    header_token(segment->data()).store(0, std::memory_order_release);
+  }
+}
+
+std::shared_ptr<char> Messenger::mapping(const transport::PeerMemory& memory,
+                                         const RemoteKey& key) {
+  const auto id = std::make_pair(key.rank, key.token);
+  {
+    Lock lock(mu_);
+    if (auto it = mappings_.find(id); it != mappings_.end()) return it->second;
+  }
+  std::string why;
+  std::shared_ptr<char> mapped = memory.map(key.fd, segment_header_bytes + std::max<std::uint64_t>(
+                                                                              key.bytes, 1),
+                                            &why);
+  if (!mapped) {
+    base::log("p2p", base::LogLevel::info, "rank ", key.rank,
+              "'s allocated region is not mappable here (", why,
+              "): puts and gets use cross-memory attach");
+  }
   Lock lock(mu_);
-  regions_.remove(token);
+  if (mappings_.size() >= max_mappings) mappings_.clear();  // in-flight users hold theirs
+  return mappings_.emplace(id, std::move(mapped)).first->second;
 }
 
 RequestPtr Messenger::start_rma(RequestImpl::Kind kind, const RemoteKey& key, std::size_t bytes,
@@ -135,17 +220,23 @@ RequestPtr Messenger::issue_rma(const RequestPtr& op, const RemoteKey& key,
   const std::size_t bytes = op->expected;
   const transport::PeerMemory* direct = nullptr;
   Completions completed;
+  // Completes an operation that ended at once; its failure is also the next flush's.
+  auto finish_now = [&](std::optional<Error> error) {
+    auto& failure = peers_[static_cast<std::size_t>(peer)].rma_failure;
+    if (error && !failure) failure = error;
+    complete(*op, std::move(error));
+  };
   {
     Lock lock(mu_);
     PeerState& ps = peers_[static_cast<std::size_t>(peer)];
     if (closed_) {
-      complete(*op, rma_error(*op, ErrorKind::usage, "the communicator is closed"));
+      finish_now(rma_error(*op, ErrorKind::usage, "the communicator is closed"));
     } else if (ps.failure) {
-      complete(*op, ps.failure->for_operation(rma_name(op->kind), std::nullopt));
+      finish_now(ps.failure->for_operation(rma_name(op->kind), std::nullopt));
     } else if (bytes == 0) {
-      complete(*op, std::nullopt);
+      finish_now(std::nullopt);
     } else if (peer == config_.rank) {
-      complete(*op, local_rma(*op, key, offset));
+      finish_now(local_rma(*op, key, offset));
     } else if (ps.transport != nullptr && (direct = ps.transport->peer_memory(peer)) != nullptr) {
       // Copied below, without the lock.
     } else {
@@ -156,13 +247,8 @@ RequestPtr Messenger::issue_rma(const RequestPtr& op, const RemoteKey& key,
   if (direct != nullptr) {
     std::optional<Error> error = direct_rma(*op, *direct, key, offset);
     Lock lock(mu_);
-    complete(*op, std::move(error));
+    finish_now(std::move(error));
     take_completed(completed);
-  }
-  if (op->error) {  // for the next flush to report
-    Lock lock(mu_);
-    auto& failure = peers_[static_cast<std::size_t>(peer)].rma_failure;
-    if (!failure) failure = op->error;
   }
   run_callbacks(completed);
   return op;
@@ -186,6 +272,23 @@ std::optional<Error> Messenger::local_rma(RequestImpl& op, const RemoteKey& key,
 std::optional<Error> Messenger::direct_rma(RequestImpl& op, const transport::PeerMemory& memory,
                                            const RemoteKey& key, std::uint64_t offset) {
   const char* name = rma_name(op.kind);
+  if (key.fd >= 0) {  // allocated by the owner: a plain copy through our mapping of it
+    if (std::shared_ptr<char> segment = mapping(memory, key)) {
+      if (header_token(segment.get()).load(std::memory_order_acquire) != key.token) {
+        Lock lock(mu_);
+        mappings_.erase(std::make_pair(key.rank, key.token));
+        return rma_error(op, ErrorKind::usage, stale_cause(key.rank));
+      }
+      char* region = segment.get() + segment_header_bytes + offset;
+      if (op.kind == RequestImpl::Kind::put) {
+        copy_in_pieces(region, op.send_data, op.send_bytes);
+      } else {
+        copy_in_pieces(op.recv_data, region, op.capacity);
+      }
+      op.received = op.expected;
+      return std::nullopt;
+    }
+  }
   try {
     RegionRecord record;
     memory.read(key.record, &record, sizeof record, name);

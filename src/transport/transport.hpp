@@ -117,6 +117,9 @@ class PeerMemory {
   // Copies `bytes` from `local` to address `remote` of the peer; raises like read().
   virtual void write(std::uint64_t remote, const void* local, std::size_t bytes,
                      const std::string& operation) const = 0;
+  // Maps `bytes` of the peer's file descriptor `fd` (shared memory it allocated) read-write
+  // here; null with `why` set where that is not possible.
+  virtual std::shared_ptr<char> map(int fd, std::size_t bytes, std::string* why) const = 0;
 };
 
 // Memory of this rank that its same-host peers map (shared memory): only this rank writes

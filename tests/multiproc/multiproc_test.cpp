@@ -262,6 +262,18 @@ TEST(MultiprocKill, TcpWhileTheOnlyStreamIsPaused) {
                 {"--preload", "1048576"});
 }
 
+// A rank reading from and writing into the victim's regions (one-sided) when it dies: direct
+// over shm (mapped and cross-memory attach), emulated over TCP, both on two emulated hosts.
+TEST(MultiprocKill, OneSidedThreeRanks) {
+  kill_one_rank(3, {}, {}, "rma_kill");
+}
+TEST(MultiprocKill, OneSidedThreeRanksTcp) {
+  kill_one_rank(3, tcp_only, {}, "rma_kill");
+}
+TEST(MultiprocKill, OneSidedMixedFourRanks) {
+  kill_one_rank(4, {}, {"--hosts", "2"}, "rma_kill");
+}
+
 }  // namespace
 
 namespace {

@@ -1958,6 +1958,128 @@ std::string coll_kill(Job& job) {
 }
 
 // ------------------------------------------------------------------------------------------
+// one_sided: put/get/flush between processes into both kinds of region; rma_kill: a target
+// dies while a rank reads from it
+// ------------------------------------------------------------------------------------------
+
+std::vector<anview::RemoteKey> gather_keys(Job& job, const anview::MemoryRegion& region) {
+  const auto mine = region.key().pack();
+  std::vector<std::byte> all(mine.size() * static_cast<std::size_t>(job.size()));
+  job.comm().allgather(mine.data(), all.data(), mine.size(), anview::DataType::uint8);
+  std::vector<anview::RemoteKey> keys;
+  for (int r = 0; r < job.size(); ++r)
+    keys.push_back(anview::RemoteKey::unpack(
+        std::span<const std::byte>(all.data() + mine.size() * static_cast<std::size_t>(r),
+                                   mine.size())));
+  return keys;
+}
+
+std::string one_sided(Job& job) {
+  const int me = job.rank();
+  const int n = job.size();
+  const int next = (me + 1) % n;
+  const int prev = (me + n - 1) % n;
+  constexpr std::size_t slot = 3 * MiB;
+  const std::vector<std::size_t> sizes = {1, 4096, 100000, 2 * MiB + 5};
+  std::vector<char> user(slot * static_cast<std::size_t>(n), 0);
+  anview::MemoryRegion registered = job.comm().register_memory(user.data(), user.size());
+  anview::MemoryRegion allocated = job.comm().allocate_memory(slot * static_cast<std::size_t>(n));
+  const auto user_keys = gather_keys(job, registered);
+  const auto alloc_keys = gather_keys(job, allocated);
+  auto byte = [](int writer, std::size_t m, std::size_t i) {
+    return static_cast<char>((writer * 37 + m * 11 + i * 13) & 0x7f);
+  };
+  // Size m goes after the ones before it, one byte further (unaligned).
+  auto place = [&](std::size_t m) {
+    std::size_t at = m;
+    for (std::size_t k = 0; k < m; ++k) at += sizes[k];
+    return at;
+  };
+  for (const auto* keys : {&user_keys, &alloc_keys}) {
+    const auto& target = (*keys)[static_cast<std::size_t>(next)];
+    for (std::size_t m = 0; m < sizes.size(); ++m) {
+      std::vector<char> out(sizes[m]);
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = byte(me, m, i);
+      const std::uint64_t offset = slot * static_cast<std::size_t>(me) + place(m);
+      job.comm().put(out.data(), out.size(), target, offset);  // completes by the flush
+      job.comm().flush(next).wait();
+      std::vector<char> back(sizes[m]);
+      job.comm().get(back.data(), back.size(), target, offset).wait();
+      require(back == out, "get after put of ", sizes[m], " bytes into rank ", next,
+              " returned other bytes");
+    }
+  }
+  job.barrier(n);
+  // What the previous rank put here, in both regions.
+  for (const char* base : {static_cast<const char*>(user.data()), static_cast<const char*>(allocated.data())}) {
+    for (std::size_t m = 0; m < sizes.size(); ++m)
+      for (std::size_t i = 0; i < sizes[m]; ++i)
+        require(base[slot * static_cast<std::size_t>(prev) + place(m) + i] == byte(prev, m, i),
+                "byte ", i, " of what rank ", prev, " put (", sizes[m], " bytes) is wrong");
+  }
+  // Out of range: refused at the call, nothing written; stale: refused by the check.
+  const char x = 'x';
+  auto e = error_of([&] { job.comm().put(&x, 2, alloc_keys[static_cast<std::size_t>(next)],
+                                         slot * static_cast<std::size_t>(n) - 1); });
+  require(e && e->kind() == ErrorKind::usage && e->operation() == "put",
+          "a put past the region's end: ", e ? describe(*e) : "no error");
+  job.barrier(n);
+  registered.deregister();
+  allocated.deregister();
+  job.barrier(n);
+  for (const auto* keys : {&user_keys, &alloc_keys}) {
+    e = error_of([&] { job.comm().put(&x, 1, (*keys)[static_cast<std::size_t>(next)], 0).wait(); });
+    require(e && e->kind() == ErrorKind::usage && e->peer() == next,
+            "a put with a stale key: ", e ? describe(*e) : "no error");
+  }
+  job.leave(n);
+  return cat("put, flush and get of ", sizes.size(),
+             " sizes into registered and allocated regions of rank ", next,
+             "; out-of-range and stale keys refused");
+}
+
+std::string rma_kill(Job& job) {
+  const int me = job.rank();
+  const int n = job.size();
+  const int victim = n - 1;
+  require(n >= 2, "rma_kill needs at least 2 ranks");
+  anview::MemoryRegion region = job.comm().allocate_memory(4 * MiB);
+  std::vector<char> user(4 * MiB, 'v');
+  anview::MemoryRegion user_region = job.comm().register_memory(user.data(), user.size());
+  const auto keys = gather_keys(job, region);
+  const auto user_keys = gather_keys(job, user_region);
+  job.barrier(n, "rma_kill_armed");
+  if (me == victim) {
+    ::kill(::getpid(), SIGKILL);
+    ::pause();
+  }
+  // Read from the victim until its death shows: each path (mapped memory stays readable
+  // after the owner's death, so the error may come from the link's failure) must then fail
+  // with peer_lost naming it, within seconds.
+  const auto t0 = Clock::now();
+  std::vector<char> local(4 * MiB);
+  std::optional<Error> lost;
+  while (!lost && seconds_since(t0) < 10) {
+    lost = error_of([&] {
+      job.comm().get(local.data(), local.size(), user_keys[static_cast<std::size_t>(victim)]).wait();
+      job.comm().put(local.data(), 4096, keys[static_cast<std::size_t>(victim)]).wait();
+      job.comm().flush(victim).wait();
+    });
+  }
+  const double after = seconds_since(t0);
+  require(lost.has_value(), "puts and gets to the killed rank still succeed after ", after, " s");
+  require(lost->kind() == ErrorKind::peer_lost && lost->peer() == victim,
+          "expected peer_lost naming rank ", victim, ", got ", describe(*lost));
+  require(after < 3.0, "the failure showed only after ", after, " s");
+  check_lost(error_of([&] {
+               job.comm().get(local.data(), 8, keys[static_cast<std::size_t>(victim)]).wait();
+             }),
+             me, victim, "get", "a get from the killed rank, later");
+  job.leave(n - 1);
+  return cat("puts and gets to the killed rank failed with peer_lost after ", after, " s");
+}
+
+// ------------------------------------------------------------------------------------------
 // coll_direct: same-host allreduce that reads peers' memory, and where it must not be used
 // ------------------------------------------------------------------------------------------
 
@@ -2656,6 +2778,8 @@ const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"idle", idle},
     {"slowloris", slowloris},
     {"coll_kill", coll_kill},
+    {"one_sided", one_sided},
+    {"rma_kill", rma_kill},
     {"coll_direct", coll_direct},
     {"coll_stall", coll_stall},
     {"dump", dump},

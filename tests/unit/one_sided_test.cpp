@@ -33,6 +33,19 @@ class OneSided : public ::testing::TestWithParam<Path> {
   ScopedEnv cma_{"ANVIEW_SHM_CMA", GetParam().cma};
 };
 
+// Waits until every other rank is past its puts into this rank's memory. A barrier would do,
+// but ThreadSanitizer cannot follow its same-host path (flags in shared memory that each rank
+// maps at its own address) and would report the reads that follow as races: messages hand
+// over under the messenger's lock, which it does follow.
+void others_are_done(Communicator& comm) {
+  const char token = 1;
+  char in = 0;
+  for (int r = 0; r < comm.size(); ++r)
+    if (r != comm.rank()) comm.send(&token, 1, r, Tag{99});
+  for (int r = 0; r < comm.size(); ++r)
+    if (r != comm.rank()) comm.recv(&in, 1, r, Tag{99});
+}
+
 // Every rank's key, through an allgather of the packed bytes.
 std::vector<RemoteKey> exchange_keys(Communicator& comm, const MemoryRegion& region) {
   const auto mine = region.key().pack();
@@ -66,12 +79,12 @@ TEST_P(OneSided, PutThenGetEverySizeClass) {
           comm.get(back.data(), back.size(), keys[static_cast<std::size_t>(next)], offset).wait();
       EXPECT_EQ(s.bytes, sizes[m]);
       EXPECT_TRUE(payload_ok(back.data(), comm.rank(), m, sizes[m])) << "size " << sizes[m];
-      comm.barrier();
+      others_are_done(comm);
       const int prev = (comm.rank() + comm.size() - 1) % comm.size();
       EXPECT_TRUE(payload_ok(memory.data() + slot * static_cast<std::size_t>(prev) + m, prev, m,
                              sizes[m]))
           << "what rank " << prev << " put, size " << sizes[m];
-      comm.barrier();
+      others_are_done(comm);
     }
   });
 }
@@ -94,10 +107,10 @@ TEST_P(OneSided, ManyOutstandingPutsThenOneFlush) {
     std::vector<std::uint64_t> back(count);
     comm.get(back.data(), back.size() * 8, keys[static_cast<std::size_t>(peer)]).wait();
     EXPECT_EQ(back, values);
-    comm.barrier();
+    others_are_done(comm);
     for (std::size_t i = 0; i < count; ++i)
       ASSERT_EQ(memory[i], (static_cast<std::uint64_t>(peer) << 32) | i);
-    comm.barrier();
+    others_are_done(comm);
   });
 }
 
@@ -114,7 +127,6 @@ TEST_P(OneSided, OwnerServesWithoutMakingAnyCall) {
       while (!finished.load() && std::chrono::steady_clock::now() < give_up)
         std::this_thread::sleep_for(1ms);
       EXPECT_TRUE(finished.load());
-      EXPECT_EQ(memory[5], 0xAB);
     } else {
       std::vector<unsigned char> got(memory.size());
       comm.get(got.data(), got.size(), keys[0]).wait(10s);
@@ -125,7 +137,8 @@ TEST_P(OneSided, OwnerServesWithoutMakingAnyCall) {
       comm.flush(0).wait(10s);
       finished.store(true);
     }
-    comm.barrier();
+    others_are_done(comm);
+    EXPECT_EQ(memory[5], comm.rank() == 0 ? 0xAB : 5 * 7);
   });
 }
 
@@ -149,7 +162,7 @@ TEST_P(OneSided, RangesOutsideTheRegionFailAtTheCall) {
     EXPECT_EQ(expect_error([&] { comm.put(buffer, 1, elsewhere); }).kind(), ErrorKind::usage);
     EXPECT_EQ(expect_error([&] { comm.put(buffer, 1, RemoteKey{.rank = 0}); }).kind(),
               ErrorKind::usage);
-    comm.barrier();
+    others_are_done(comm);
     for (unsigned char b : memory) ASSERT_EQ(b, 0x11);  // nothing was written
   });
 }
@@ -163,7 +176,7 @@ TEST_P(OneSided, StaleKeysAreRejectedAndNothingIsWritten) {
     EXPECT_FALSE(region.valid());
     // A new region on the same memory has a new key: the old one stays stale.
     MemoryRegion again = comm.register_memory(memory.data(), memory.size());
-    comm.barrier();
+    others_are_done(comm);
     const int peer = 1 - comm.rank();
     const std::vector<unsigned char> out(300000, 0x99);
     const Error put_error = expect_error(
@@ -177,7 +190,7 @@ TEST_P(OneSided, StaleKeysAreRejectedAndNothingIsWritten) {
         [&] { comm.get(in.data(), in.size(), keys[static_cast<std::size_t>(peer)]).wait(); });
     EXPECT_EQ(get_error.kind(), ErrorKind::usage);
     EXPECT_EQ(get_error.operation(), "get");
-    comm.barrier();
+    others_are_done(comm);
     for (unsigned char b : memory) ASSERT_EQ(b, 0x22);  // nothing was written
   });
 }
@@ -188,14 +201,14 @@ TEST_P(OneSided, AFlushReportsTheFailureOfAnOperationItCovers) {
     MemoryRegion region = comm.register_memory(memory.data(), memory.size());
     const auto keys = exchange_keys(comm, region);
     region.deregister();
-    comm.barrier();
+    others_are_done(comm);
     const int peer = 1 - comm.rank();
     const unsigned char byte = 1;
     Request put = comm.put(&byte, 1, keys[static_cast<std::size_t>(peer)], 10);
     Request flush = comm.flush();
     EXPECT_EQ(expect_error([&] { flush.wait(); }).kind(), ErrorKind::usage);
     EXPECT_EQ(expect_error([&] { put.wait(); }).kind(), ErrorKind::usage);
-    comm.barrier();
+    others_are_done(comm);
   });
 }
 

@@ -4,6 +4,8 @@
 //   pingpong  one-way latency = round trip / 2, per iteration; p50 / p99 / avg over iterations
 //   bw        streaming bandwidth with a window of outstanding sends (like ucx_perftest tag_bw):
 //             rank 0 posts `window` isends, rank 1 the matching irecvs, then a 0-byte ack
+//   put, get  one-sided bandwidth into / out of rank 1's registered memory (ucp_put_bw,
+//             ucp_get_bw): a window of puts then a flush, or of gets (one_sided.cpp)
 //
 //   allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall, barrier: nccl-tests
 //             columns (size, count, type, redop, root, algo, time_us, algbw, busbw, #wrong)
@@ -13,6 +15,7 @@
 //
 // Run under a launcher: anview-run -n 2 anview-perf pingpong -b 8 -e 16M --json
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +31,7 @@
 #include "base/config.hpp"
 #include "collective.hpp"
 #include "plot.hpp"
+#include "one_sided.hpp"
 #include "progress.hpp"
 #include "pubsub.hpp"
 #include "rpc.hpp"
@@ -47,6 +51,7 @@ struct Options {
   int window = 0;    // 0: automatic
   bool check = false;
   bool in_place = false;
+  bool user_memory = false;  // put, get: rank 1 registers its own memory (not allocate_memory)
   std::string algo;
   bool json = false;
   std::string dtype = "float32";
@@ -204,7 +209,30 @@ Result bandwidth(anview::Communicator& comm, std::size_t bytes, const Options& o
   return r;
 }
 
-// pingpong or bw between ranks 0 and 1 (other ranks idle); rank 0 prints, shows `progress` and
+Result one_sided(anview::Communicator& comm, std::size_t bytes, const Options& o,
+                 const anview::RemoteKey& target, unsigned char* region) {
+  const int window = o.window > 0 ? o.window : perf::one_sided_window(bytes);
+  long iters = auto_iters(bytes, o);
+  iters = std::max<long>(window, iters / window * window);
+  const long warmup = o.warmup >= 0 ? o.warmup : window;
+  auto m = perf::measure_one_sided(comm,
+                                   {.put = o.op == "put",
+                                    .bytes = bytes,
+                                    .window = window,
+                                    .iters = iters,
+                                    .warmup = warmup,
+                                    .check = o.check},
+                                   target, region);
+  Result r{.bytes = bytes, .iters = iters, .wrong = m.wrong};
+  if (comm.rank() != 0) return r;
+  r.avg = m.total_us / static_cast<double>(iters);
+  r.p50 = percentile(m.per_window_us, 0.5);
+  r.p99 = percentile(m.per_window_us, 0.99);
+  r.gbs = static_cast<double>(bytes) * static_cast<double>(iters) / (m.total_us * 1e3);
+  return r;
+}
+
+// pingpong, bw, put or get between ranks 0 and 1 (other ranks idle); rank 0 prints, shows `progress` and
 // appends each result line to `points`. Returns the number of wrong payloads.
 long run_point_to_point(anview::Communicator& comm, const Options& o, std::size_t min_bytes,
                         std::size_t max_bytes, perf::Progress& progress,
@@ -219,11 +247,35 @@ long run_point_to_point(anview::Communicator& comm, const Options& o, std::size_
   }
   long total_wrong = 0;
   const auto sizes = perf::sweep_sizes(min_bytes, max_bytes, o.factor);
+  // put / get: rank 1's region, for the largest size; its key goes to rank 0.
+  const bool rma = o.op == "put" || o.op == "get";
+  // Allocated by Anview (shared memory peers on this host map), as ucx_perftest allocates
+  // its; --user-memory registers a plain vector instead.
+  std::vector<unsigned char> user(rma && o.user_memory && comm.rank() == 1
+                                      ? std::max<std::size_t>(max_bytes, 1)
+                                      : 0);
+  anview::MemoryRegion registered;
+  anview::RemoteKey target;
+  if (rma) {
+    std::array<std::byte, anview::RemoteKey::packed_bytes> packed{};
+    if (comm.rank() == 1) {
+      registered = o.user_memory ? comm.register_memory(user.data(), user.size())
+                                 : comm.allocate_memory(std::max<std::size_t>(max_bytes, 1));
+      packed = registered.key().pack();
+      comm.send(packed.data(), packed.size(), 0, sync_tag);
+    } else {
+      comm.recv(packed.data(), packed.size(), 1, sync_tag);
+      target = anview::RemoteKey::unpack(packed);
+    }
+  }
   progress.start(o.op, sizes.size());
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const std::size_t bytes = sizes[i];
     progress.measuring(i, bytes);
-    Result r = o.op == "pingpong" ? pingpong(comm, bytes, o) : bandwidth(comm, bytes, o);
+    Result r = o.op == "pingpong" ? pingpong(comm, bytes, o)
+               : o.op == "bw"       ? bandwidth(comm, bytes, o)
+                                    : one_sided(comm, bytes, o, target,
+                                                static_cast<unsigned char*>(registered.data()));
     // The receiver counts bad payloads; rank 0 reports them.
     long wrong = r.wrong;
     if (comm.rank() == 1)
@@ -278,10 +330,10 @@ int main(int argc, char** argv) {
   CLI::App app{"anview-perf: point-to-point latency and bandwidth between rank 0 and rank 1"};
   app.add_option(
          "op", o.op,
-         "pingpong, bw, rpc, pubsub, a collective (allreduce, broadcast, reduce, allgather, "
+         "pingpong, bw, put, get, rpc, pubsub, a collective (allreduce, broadcast, reduce, allgather, "
          "reduce_scatter, alltoall, barrier), or all (every collective in turn)")
       ->required()
-      ->check(CLI::IsMember({"pingpong", "bw", "rpc", "pubsub", "allreduce", "broadcast", "reduce",
+      ->check(CLI::IsMember({"pingpong", "bw", "put", "get", "rpc", "pubsub", "allreduce", "broadcast", "reduce",
                              "allgather", "reduce_scatter", "alltoall", "barrier", "all"}));
   app.add_option("-a,--algo", o.algo,
                  "collectives: force this algorithm for the collective (sets ANVIEW_ALGO)");
@@ -293,8 +345,12 @@ int main(int argc, char** argv) {
   app.add_option("-f,--factor", o.factor, "size step factor")->check(CLI::PositiveNumber);
   app.add_option("-n,--iters", o.iters, "iterations per size (default: automatic)");
   app.add_option("-w,--warmup", o.warmup, "warm-up iterations per size (default: automatic)");
-  app.add_option("--window", o.window, "bw: outstanding sends (default: automatic)");
+  app.add_option("--window", o.window,
+                 "bw, put, get: operations in flight (default: automatic)");
   app.add_flag("--check", o.check, "fill and verify every payload");
+  app.add_flag("--user-memory", o.user_memory,
+               "put, get: the target registers a buffer of its own (register_memory) instead of "
+               "allocate_memory's shared memory");
   app.add_flag("--json", o.json, "rank 0 prints one JSON object per size");
   app.add_flag("--inplace", o.in_place, "allreduce, allgather: receive into the send buffer");
   app.add_option("--plot", o.plot,

@@ -5,6 +5,7 @@
 #include <cerrno>
 
 #include "base/log.hpp"
+#include "base/shared_segment.hpp"
 #include "base/socket.hpp"
 
 namespace anview::transport::shm {
@@ -53,6 +54,10 @@ void CrossMemoryAccess::write(std::uint64_t remote, const void* local, std::size
                               const std::string& operation) const {
   // process_vm_writev only reads from `local`.
   copy(true, const_cast<char*>(static_cast<const char*>(local)), remote, bytes, operation);
+}
+
+std::shared_ptr<char> CrossMemoryAccess::map(int fd, std::size_t bytes, std::string* why) const {
+  return base::map_from_process(pid_, fd, bytes, why);
 }
 
 void CrossMemoryAccess::copy(bool to_peer, char* local, std::uint64_t remote, std::size_t bytes,

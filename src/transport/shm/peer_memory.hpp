@@ -27,6 +27,7 @@ class CrossMemoryAccess final : public PeerMemory {
             const std::string& operation) const override;
   void write(std::uint64_t remote, const void* local, std::size_t bytes,
              const std::string& operation) const override;
+  std::shared_ptr<char> map(int fd, std::size_t bytes, std::string* why) const override;
 
  private:
   void copy(bool to_peer, char* local, std::uint64_t remote, std::size_t bytes,

@@ -1,0 +1,56 @@
+#include "base/shared_segment.hpp"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <system_error>
+
+namespace anview::base {
+namespace {
+
+[[noreturn]] void fail(const char* what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
+
+}  // namespace
+
+SharedSegment::SharedSegment(const std::string& name, std::size_t bytes)
+    : fd_(::memfd_create(name.c_str(), MFD_CLOEXEC)), bytes_(bytes) {
+  if (!fd_.valid()) fail("memfd_create");
+  if (::ftruncate(fd_.get(), static_cast<off_t>(bytes)) != 0) fail("ftruncate");
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.get(), 0);
+  if (p == MAP_FAILED) fail("mmap");
+  data_ = static_cast<char*>(p);
+}
+
+SharedSegment::~SharedSegment() {
+  if (data_ != nullptr) ::munmap(data_, bytes_);
+}
+
+std::shared_ptr<char> map_from_process(int pid, int fd, std::size_t bytes, std::string* why) {
+  auto failed = [&](const char* call) {
+    if (why) *why = std::string(call) + ": " + errno_text(errno);
+    return nullptr;
+  };
+  // glibc 2.36's <sys/pidfd.h> lacks C linkage for C++; the system calls are stable.
+  Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd.valid()) return failed("pidfd_open");
+  Fd copy(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), fd, 0)));
+  if (!copy.valid()) return failed("pidfd_getfd");
+  // The number may name another file by now (the region was freed): never map past its end.
+  struct stat st{};
+  if (::fstat(copy.get(), &st) != 0) return failed("fstat");
+  if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < bytes) {
+    if (why) *why = "descriptor " + std::to_string(fd) + " is no longer the region's memory";
+    return nullptr;
+  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, copy.get(), 0);
+  if (p == MAP_FAILED) return failed("mmap");
+  return std::shared_ptr<char>(static_cast<char*>(p), [bytes](char* q) { ::munmap(q, bytes); });
+}
+
+}  // namespace anview::base

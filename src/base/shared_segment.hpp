@@ -1,0 +1,37 @@
+// Memory that other processes of this host can map: a memfd, mapped here read-write. What
+// Communicator::allocate_memory hands out, so that same-host peers put and get with a plain
+// copy into their own mapping of it (transport::PeerMemory::map) instead of a system call.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "base/socket.hpp"
+
+namespace anview::base {
+
+class SharedSegment {
+ public:
+  // Raises std::system_error when the memory cannot be had (memfd_create, ftruncate, mmap).
+  SharedSegment(const std::string& name, std::size_t bytes);
+  ~SharedSegment();
+  SharedSegment(const SharedSegment&) = delete;
+  SharedSegment& operator=(const SharedSegment&) = delete;
+
+  char* data() const { return data_; }
+  std::size_t size() const { return bytes_; }
+  int fd() const { return fd_.get(); }
+
+ private:
+  Fd fd_;
+  char* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// Maps `bytes` of file descriptor `fd` of process `pid` (pidfd_getfd: the same permission as
+// cross-memory attach) read-write into this process; null with `why` set when it cannot.
+// The mapping stays valid after the other process closes or exits; the pointer unmaps it.
+std::shared_ptr<char> map_from_process(int pid, int fd, std::size_t bytes, std::string* why);
+
+}  // namespace anview::base
