@@ -232,6 +232,8 @@ class Messenger final : public transport::FrameSink,
   std::optional<Error> local_rma(RequestImpl& op, const RemoteKey& key, std::uint64_t offset);
   std::optional<Error> direct_rma(RequestImpl& op, const transport::PeerMemory& memory,
                                   const RemoteKey& key, std::uint64_t offset);
+  std::optional<Error> mapped_rma(RequestImpl& op, char* segment, const RemoteKey& key,
+                                  std::uint64_t offset);
   Error rma_error(const RequestImpl& op, ErrorKind kind, std::string cause) const;
   RemoteKey add_region(void* data, std::size_t bytes, std::unique_ptr<base::SharedSegment> segment);
   // The peer's allocated region of `key` mapped here (cached), or null where it cannot be.

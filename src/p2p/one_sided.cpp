@@ -219,6 +219,8 @@ RequestPtr Messenger::issue_rma(const RequestPtr& op, const RemoteKey& key,
   const int peer = key.rank;
   const std::size_t bytes = op->expected;
   const transport::PeerMemory* direct = nullptr;
+  std::shared_ptr<char> mapped;  // the owner's allocated region, mapped here
+  bool map_now = false;          // not mapped yet: try
   Completions completed;
   // Completes an operation that ended at once; its failure is also the next flush's.
   auto finish_now = [&](std::optional<Error> error) {
@@ -239,16 +241,33 @@ RequestPtr Messenger::issue_rma(const RequestPtr& op, const RemoteKey& key,
       finish_now(local_rma(*op, key, offset));
     } else if (ps.transport != nullptr && (direct = ps.transport->peer_memory(peer)) != nullptr) {
       // Copied below, without the lock.
+      if (key.fd >= 0) {
+        auto it = mappings_.find(std::make_pair(key.rank, key.token));
+        if (it != mappings_.end()) {
+          mapped = it->second;  // null: not mappable, cross-memory attach instead
+        } else {
+          map_now = true;
+        }
+      }
     } else {
       emulate_rma(op, key, offset);
     }
     take_completed(completed);
   }
   if (direct != nullptr) {
-    std::optional<Error> error = direct_rma(*op, *direct, key, offset);
-    Lock lock(mu_);
-    finish_now(std::move(error));
-    take_completed(completed);
+    if (map_now) mapped = mapping(*direct, key);
+    std::optional<Error> error = mapped ? mapped_rma(*op, mapped.get(), key, offset)
+                                        : direct_rma(*op, *direct, key, offset);
+    if (error) {
+      Lock lock(mu_);
+      finish_now(std::move(error));
+      take_completed(completed);
+    } else {
+      // Nobody else has seen the request yet (no callback, no waiter): complete it here
+      // without the lock.
+      op->phase = RequestImpl::Phase::complete;
+      op->done.store(true, std::memory_order_release);
+    }
   }
   run_callbacks(completed);
   return op;
@@ -272,23 +291,6 @@ std::optional<Error> Messenger::local_rma(RequestImpl& op, const RemoteKey& key,
 std::optional<Error> Messenger::direct_rma(RequestImpl& op, const transport::PeerMemory& memory,
                                            const RemoteKey& key, std::uint64_t offset) {
   const char* name = rma_name(op.kind);
-  if (key.fd >= 0) {  // allocated by the owner: a plain copy through our mapping of it
-    if (std::shared_ptr<char> segment = mapping(memory, key)) {
-      if (header_token(segment.get()).load(std::memory_order_acquire) != key.token) {
-        Lock lock(mu_);
-        mappings_.erase(std::make_pair(key.rank, key.token));
-        return rma_error(op, ErrorKind::usage, stale_cause(key.rank));
-      }
-      char* region = segment.get() + segment_header_bytes + offset;
-      if (op.kind == RequestImpl::Kind::put) {
-        copy_in_pieces(region, op.send_data, op.send_bytes);
-      } else {
-        copy_in_pieces(op.recv_data, region, op.capacity);
-      }
-      op.received = op.expected;
-      return std::nullopt;
-    }
-  }
   try {
     RegionRecord record;
     memory.read(key.record, &record, sizeof record, name);
@@ -301,6 +303,23 @@ std::optional<Error> Messenger::direct_rma(RequestImpl& op, const transport::Pee
     }
   } catch (const Error& e) {
     return e;
+  }
+  op.received = op.expected;
+  return std::nullopt;
+}
+
+std::optional<Error> Messenger::mapped_rma(RequestImpl& op, char* segment, const RemoteKey& key,
+                                           std::uint64_t offset) {
+  if (header_token(segment).load(std::memory_order_acquire) != key.token) {
+    Lock lock(mu_);
+    mappings_.erase(std::make_pair(key.rank, key.token));
+    return rma_error(op, ErrorKind::usage, stale_cause(key.rank));
+  }
+  char* region = segment + segment_header_bytes + offset;
+  if (op.kind == RequestImpl::Kind::put) {
+    copy_in_pieces(region, op.send_data, op.send_bytes);
+  } else {
+    copy_in_pieces(op.recv_data, region, op.capacity);
   }
   op.received = op.expected;
   return std::nullopt;

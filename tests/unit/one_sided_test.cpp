@@ -89,6 +89,41 @@ TEST_P(OneSided, PutThenGetEverySizeClass) {
   });
 }
 
+TEST_P(OneSided, AllocatedRegionsWorkLikeRegisteredOnes) {
+  run_ranks(2, [&](Communicator& comm) {
+    constexpr std::size_t bytes = 3u << 20;
+    MemoryRegion region = comm.allocate_memory(bytes);
+    ASSERT_EQ(region.size(), bytes);
+    auto* memory = static_cast<unsigned char*>(region.data());
+    EXPECT_EQ(memory[0], 0);  // zeroed
+    EXPECT_EQ(memory[bytes - 1], 0);
+    const auto keys = exchange_keys(comm, region);
+    const int peer = 1 - comm.rank();
+    const auto& target = keys[static_cast<std::size_t>(peer)];
+    EXPECT_GE(target.fd, 0);
+    for (std::size_t size : {std::size_t{1}, std::size_t{100000}, bytes - 7}) {
+      const auto out = make_payload(comm.rank(), size, size);
+      comm.put(out.data(), out.size(), target, 7).wait();
+      comm.flush(peer).wait();
+      std::vector<unsigned char> back(size);
+      comm.get(back.data(), back.size(), target, 7).wait();
+      EXPECT_TRUE(payload_ok(back.data(), comm.rank(), size, size)) << size;
+      others_are_done(comm);
+      EXPECT_TRUE(payload_ok(memory + 7, peer, size, size)) << size;
+      others_are_done(comm);
+    }
+    // Deregistered (and freed): the peer's put is refused, even through a mapping it holds.
+    region.deregister();
+    others_are_done(comm);
+    const unsigned char byte = 1;
+    const Error stale = expect_error([&] { comm.put(&byte, 1, target, 0).wait(); });
+    EXPECT_EQ(stale.kind(), ErrorKind::usage);
+    EXPECT_EQ(stale.peer(), peer);
+    EXPECT_EQ(expect_error([&] { comm.flush(peer).wait(); }).kind(), ErrorKind::usage);
+    others_are_done(comm);
+  });
+}
+
 TEST_P(OneSided, ManyOutstandingPutsThenOneFlush) {
   run_ranks(2, [&](Communicator& comm) {
     constexpr std::size_t count = 2000;
