@@ -43,6 +43,9 @@ struct MessengerConfig {
   std::string host_id;
   std::chrono::milliseconds timeout{0};
   std::string name = "anview";  // the communicator, in metrics labels (its store prefix)
+  // Registering memory starts a thread that serves peers' emulated puts and gets while no
+  // thread waits (one_sided.cpp); off only where the caller drives all progress itself.
+  bool background_progress = true;
 };
 
 // Requests completed in one lock round, taken out under the lock so their callbacks can run

@@ -136,7 +136,7 @@ RemoteKey Messenger::add_region(void* data, std::size_t bytes,
     }
   }
   // Peers reach this region through frames: someone must serve them while we compute.
-  if (emulated) start_background_progress();
+  if (emulated && config_.background_progress) start_background_progress();
   return key;
 }
 

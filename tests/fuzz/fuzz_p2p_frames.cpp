@@ -10,6 +10,10 @@
 //             payload u16 (capped by what the input has left; the rest zeros), may_defer byte
 //   2 isend   tag byte, bytes u16 << (byte & 7) (rendezvous above 64 KiB)
 //   3 progress
+//   4 region  bytes u16: rank 0 registers a region (frames of type put/get with a tag byte
+//             < 0x80 name one of them, else the tag is a u64)
+//   5 rma     bit 0: get, else put; bytes u16; offset u16: to a made-up region of rank 1
+//             (emulated: the input's frames answer it)
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -59,7 +63,12 @@ struct World {
     std::vector<anview::transport::PeerInfo> peers;
     for (int r = 0; r < 2; ++r) {
       rank[r] = std::make_shared<p2p::Messenger>(p2p::MessengerConfig{
-          .rank = r, .world_size = 2, .job_id = 7, .host_id = "fuzz", .timeout = timeout});
+          .rank = r,
+          .world_size = 2,
+          .job_id = 7,
+          .host_id = "fuzz",
+          .timeout = timeout,
+          .background_progress = false});  // the fuzzer delivers frames itself, unlocked
       peers.push_back(rank[r]->self_info());
     }
     both([&](p2p::Messenger& m) { m.connect(peers); });
@@ -91,16 +100,30 @@ void check_completed(const Posted& p) {
   if (r.kind == anview::detail::RequestImpl::Kind::recv) {
     FUZZ_CHECK(r.status.bytes <= r.capacity);
     FUZZ_CHECK(r.status.source == 1 || r.status.source == 0);
+  } else if (r.kind == anview::detail::RequestImpl::Kind::get ||
+             r.kind == anview::detail::RequestImpl::Kind::put) {
+    FUZZ_CHECK(r.received == r.expected);
+    FUZZ_CHECK(r.status.bytes == r.expected);
   } else {
     FUZZ_CHECK(r.status.bytes == r.send_bytes);
   }
 }
 
-void deliver(p2p::Messenger& m, Input& in, const std::vector<Posted>& ours) {
+struct Region {
+  std::vector<char> memory;
+  anview::RemoteKey key;
+};
+
+void deliver(p2p::Messenger& m, Input& in, const std::vector<Posted>& ours,
+             const std::vector<Region>& regions) {
   FrameHeader h;
-  h.type = in.u8() % 6;  // the four p2p types, and two that are none
+  h.type = in.u8() % 10;  // the eight p2p types, and two that are none
   h.flags = in.u8();
-  h.tag = in.u8() % 4;
+  const std::uint8_t tag = in.u8();
+  const bool rma = h.type == 5 || h.type == 7;  // put, get: the tag is a region's token
+  h.tag = !rma                                      ? tag % 4u
+          : tag < 0x80 && !regions.empty() ? regions[tag % regions.size()].key.token
+                                                    : in.uint(8);
   const std::uint8_t pick = in.u8();
   h.id = pick < 0x80 && !ours.empty() ? ours[pick % ours.size()].request->id : in.uint(8);
   h.arg = in.uint(8);
@@ -137,9 +160,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   World world;
   p2p::Messenger& m = *world.rank[0];
   std::vector<Posted> ours;
+  std::vector<Region> regions;
   static const std::vector<char> source(1 << 22, 'x');
   for (int ops = 0; !in.done() && ops < 64; ++ops) {
-    switch (in.u8() % 4) {
+    switch (in.u8() % 6) {
       case 0: {
         const int from = (in.u8() & 1) ? anview::any_source : 1;
         const Tag tag{in.u8() % 4u};
@@ -150,8 +174,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       }
       case 1:
-        deliver(m, in, ours);
+        deliver(m, in, ours, regions);
         break;
+      case 4: {
+        Region r;
+        r.memory.resize(in.uint(2));  // exactly its size: ASan sees a write past it
+        r.key = m.register_memory(r.memory.data(), r.memory.size());
+        regions.push_back(std::move(r));
+        break;
+      }
+      case 5: {
+        const bool get = (in.u8() & 1) != 0;
+        Posted p;
+        p.buffer.resize(in.uint(2));
+        const std::uint64_t offset = in.uint(2);
+        const anview::RemoteKey key{.rank = 1, .token = 77, .bytes = 1u << 17};
+        p.request = get ? m.get(p.buffer.data(), p.buffer.size(), key, offset)
+                        : m.put(source.data(), p.buffer.size(), key, offset);
+        ours.push_back(std::move(p));
+        break;
+      }
       case 2: {
         const Tag tag{in.u8() % 4u};
         const std::size_t bytes = std::min<std::size_t>(in.uint(2) << (in.u8() & 7), source.size());

@@ -126,7 +126,8 @@ for name, data in config.items():
     write("fuzz_config", name, data)
 
 
-# --- p2p frames from rank 1 (fuzz_p2p_frames.cpp): opcodes 0 irecv, 1 frame, 2 isend, 3 progress
+# --- p2p frames from rank 1 (fuzz_p2p_frames.cpp): opcodes 0 irecv, 1 frame, 2 isend, 3 progress,
+# 4 region (rank 0 registers one), 5 rma (rank 0's put or get to rank 1)
 def irecv(tag, capacity, any_source=False):
     return bytes([0, 1 if any_source else 0, tag]) + struct.pack("<H", capacity)
 
@@ -143,6 +144,16 @@ def isend(tag, size, shift=0):
 
 
 PROGRESS = b"\x03"
+
+
+def region(size):
+    return bytes([4]) + struct.pack("<H", size)
+
+
+def rma(get, size, offset=0):
+    return bytes([5, 1 if get else 0]) + struct.pack("<HH", size, offset)
+
+
 p2p = {
     # An eager message matched by a posted receive, and one that arrives unexpected first.
     "eager-matched": irecv(1, 100) + frame(1, tag=1, payload=b"hello") + PROGRESS,
@@ -158,7 +169,19 @@ p2p = {
     "cts-for-our-send": isend(1, 0x8000, 2) + frame(3, ours=0, arg=5) + PROGRESS,
     "cts-reject": isend(1, 0x8000, 2) + frame(3, ours=0, arg=10, flags=1) + PROGRESS,
     "cts-unknown-id": frame(3, fid=12345, arg=1) + PROGRESS,
-    "unknown-type": frame(5, payload=b"???") + PROGRESS,
+    "unknown-type": frame(9, payload=b"???") + PROGRESS,
+    # One-sided: peers' puts and gets into a region of ours (tag 0: our first region), and
+    # answers to our own puts and gets (emulated over the in-process transport).
+    "put-into-region": region(4096) + frame(5, tag=0, fid=1, arg=100, payload=b"p" * 200) +
+                       PROGRESS,
+    "put-outside-region": region(4096) + frame(5, tag=0, fid=1, arg=4000, payload=b"q" * 200) +
+                          PROGRESS,
+    "get-from-region": region(4096) + frame(7, tag=0, fid=2, payload=struct.pack("<QQ", 1000, 0)) +
+                       PROGRESS,
+    "our-get-answered": rma(True, 1000) + frame(8, ours=0, payload=b"g" * 1000) + PROGRESS,
+    "our-get-refused": rma(True, 1000) + frame(8, ours=0, flags=1) + PROGRESS,
+    "our-put-acked": rma(False, 500) + frame(6, ours=0, arg=500) + PROGRESS,
+    "our-put-over-acked": rma(False, 500) + frame(6, ours=0, arg=5000) + PROGRESS,
     "deferred": irecv(0, 16) + frame(1, tag=1, payload=b"x" * 50, defer=1) + PROGRESS,
 }
 for name, data in p2p.items():
