@@ -24,13 +24,13 @@ class Messenger;
 // that registered it. pack()/unpack() turn it into bytes for sending (host byte order: the
 // ranks of a job share it).
 struct RemoteKey {
-  int rank = -1;               // the owner
-  std::uint64_t token = 0;     // names the registration; never reused by its communicator
-  std::uint64_t address = 0;   // the region's first byte in the owner's memory
-  std::uint64_t bytes = 0;     // its size
-  std::uint64_t record = 0;    // where the owner keeps the registration (checked before use)
-  std::int32_t pid = 0;        // the owner's process
-  std::int32_t fd = -1;        // allocate_memory: the owner's shared-memory descriptor, else -1
+  int rank = -1;              // the owner
+  std::uint64_t token = 0;    // names the registration; never reused by its communicator
+  std::uint64_t address = 0;  // the region's first byte in the owner's memory
+  std::uint64_t bytes = 0;    // its size
+  std::uint64_t record = 0;   // where the owner keeps the registration (checked before use)
+  std::int32_t pid = 0;       // the owner's process
+  std::int32_t fd = -1;       // allocate_memory: the owner's shared-memory descriptor, else -1
 
   static constexpr std::size_t packed_bytes = 48;
   std::array<std::byte, packed_bytes> pack() const;

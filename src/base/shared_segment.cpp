@@ -42,7 +42,7 @@ std::shared_ptr<char> map_from_process(int pid, int fd, std::size_t bytes, std::
   Fd copy(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), fd, 0)));
   if (!copy.valid()) return failed("pidfd_getfd");
   // The number may name another file by now (the region was freed): never map past its end.
-  struct stat st{};
+  struct stat st {};
   if (::fstat(copy.get(), &st) != 0) return failed("fstat");
   if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < bytes) {
     if (why) *why = "descriptor " + std::to_string(fd) + " is no longer the region's memory";

@@ -77,7 +77,9 @@ MemoryRegion& MemoryRegion::operator=(MemoryRegion&& other) noexcept {
   return *this;
 }
 
-MemoryRegion::~MemoryRegion() { deregister(); }
+MemoryRegion::~MemoryRegion() {
+  deregister();
+}
 
 void MemoryRegion::deregister() {
   if (messenger_) messenger_->deregister_memory(key_.token);
@@ -105,6 +107,8 @@ Request Communicator::get(void* local, std::size_t bytes, const RemoteKey& key,
   return Request(impl_->messenger().get(local, bytes, key, offset));
 }
 
-Request Communicator::flush(int peer) { return Request(impl_->messenger().flush(peer)); }
+Request Communicator::flush(int peer) {
+  return Request(impl_->messenger().flush(peer));
+}
 
 }  // namespace anview

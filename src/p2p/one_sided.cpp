@@ -163,9 +163,8 @@ std::shared_ptr<char> Messenger::mapping(const transport::PeerMemory& memory,
     if (auto it = mappings_.find(id); it != mappings_.end()) return it->second;
   }
   std::string why;
-  std::shared_ptr<char> mapped = memory.map(key.fd, segment_header_bytes + std::max<std::uint64_t>(
-                                                                              key.bytes, 1),
-                                            &why);
+  std::shared_ptr<char> mapped =
+      memory.map(key.fd, segment_header_bytes + std::max<std::uint64_t>(key.bytes, 1), &why);
   if (!mapped) {
     base::log("p2p", base::LogLevel::info, "rank ", key.rank,
               "'s allocated region is not mappable here (", why,
@@ -214,8 +213,7 @@ RequestPtr Messenger::get(void* local, std::size_t bytes, const RemoteKey& key,
   return issue_rma(op, key, offset);
 }
 
-RequestPtr Messenger::issue_rma(const RequestPtr& op, const RemoteKey& key,
-                                std::uint64_t offset) {
+RequestPtr Messenger::issue_rma(const RequestPtr& op, const RemoteKey& key, std::uint64_t offset) {
   const int peer = key.rank;
   const std::size_t bytes = op->expected;
   const transport::PeerMemory* direct = nullptr;
@@ -256,8 +254,8 @@ RequestPtr Messenger::issue_rma(const RequestPtr& op, const RemoteKey& key,
   }
   if (direct != nullptr) {
     if (map_now) mapped = mapping(*direct, key);
-    std::optional<Error> error = mapped ? mapped_rma(*op, mapped.get(), key, offset)
-                                        : direct_rma(*op, *direct, key, offset);
+    std::optional<Error> error =
+        mapped ? mapped_rma(*op, mapped.get(), key, offset) : direct_rma(*op, *direct, key, offset);
     if (error) {
       Lock lock(mu_);
       finish_now(std::move(error));
@@ -425,8 +423,8 @@ transport::Landing Messenger::on_rma_frame(int peer, const transport::FrameHeade
       if (it == ps.rma.end()) return {};  // failed here already: drop the bytes
       RequestImpl& op = *it->second;
       if (op.kind != RequestImpl::Kind::get) {
-        protocol_error(peer, "get data for operation " + std::to_string(h.id) +
-                                 ", which is not a get");
+        protocol_error(peer,
+                       "get data for operation " + std::to_string(h.id) + ", which is not a get");
         return {};
       }
       if (h.flags != 0) {
@@ -443,8 +441,7 @@ transport::Landing Messenger::on_rma_frame(int peer, const transport::FrameHeade
                                        " found the range outside the region it registered"));
         return {};
       }
-      if (h.payload_bytes == 0 || h.arg > op.expected ||
-          h.payload_bytes > op.expected - h.arg) {
+      if (h.payload_bytes == 0 || h.arg > op.expected || h.payload_bytes > op.expected - h.arg) {
         protocol_error(peer, "get data outside the get (offset " + std::to_string(h.arg) + ", " +
                                  std::to_string(h.payload_bytes) + " bytes of " +
                                  std::to_string(op.expected) + ")");
@@ -471,8 +468,7 @@ void Messenger::on_rma_frame_done(int peer, const transport::FrameHeader& h) {
     case FrameType::get: {
       const GetRequest request = ps.incoming_get;
       if (request.reserved != 0 || request.bytes == 0) {
-        protocol_error(peer, "malformed get request (" + std::to_string(request.bytes) +
-                                 " bytes)");
+        protocol_error(peer, "malformed get request (" + std::to_string(request.bytes) + " bytes)");
         return;
       }
       const RegionRecord* region = regions_.find(h.tag);
@@ -488,8 +484,8 @@ void Messenger::on_rma_frame_done(int peer, const transport::FrameHeader& h) {
       for (std::uint64_t done = 0; done < request.bytes; done += chunk_bytes_) {
         transport::FrameHeader d;
         d.type = static_cast<std::uint8_t>(FrameType::get_data);
-        d.payload_bytes = static_cast<std::uint32_t>(
-            std::min<std::uint64_t>(chunk_bytes_, request.bytes - done));
+        d.payload_bytes =
+            static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk_bytes_, request.bytes - done));
         d.id = h.id;
         d.arg = done;
         send_frame(peer, d, from + done, transport::Ordering::any_stream, nullptr);
@@ -552,8 +548,8 @@ void Messenger::fail_rma(PeerState& ps, const Error& error) {
 }
 
 RequestPtr Messenger::flush(int peer) {
-  auto req = std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::flush, peer,
-                                           Tag{0});
+  auto req =
+      std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::flush, peer, Tag{0});
   if (peer != any_source && (peer < 0 || peer >= config_.world_size)) {
     throw rma_error(*req, ErrorKind::usage,
                     "peer " + std::to_string(peer) + " is not a rank of this communicator (size " +

@@ -81,8 +81,8 @@ TEST_P(OneSided, PutThenGetEverySizeClass) {
       EXPECT_TRUE(payload_ok(back.data(), comm.rank(), m, sizes[m])) << "size " << sizes[m];
       others_are_done(comm);
       const int prev = (comm.rank() + comm.size() - 1) % comm.size();
-      EXPECT_TRUE(payload_ok(memory.data() + slot * static_cast<std::size_t>(prev) + m, prev, m,
-                             sizes[m]))
+      EXPECT_TRUE(
+          payload_ok(memory.data() + slot * static_cast<std::size_t>(prev) + m, prev, m, sizes[m]))
           << "what rank " << prev << " put, size " << sizes[m];
       others_are_done(comm);
     }
@@ -259,8 +259,7 @@ TEST_P(OneSided, ARankReachesItsOwnRegion) {
     EXPECT_EQ(back, data);
     const RemoteKey key = region.key();
     region.deregister();
-    EXPECT_EQ(expect_error([&] { comm.get(back.data(), 1, key).wait(); }).kind(),
-              ErrorKind::usage);
+    EXPECT_EQ(expect_error([&] { comm.get(back.data(), 1, key).wait(); }).kind(), ErrorKind::usage);
     // The next flush reports that failure too, once.
     EXPECT_EQ(expect_error([&] { comm.flush().wait(); }).kind(), ErrorKind::usage);
     comm.flush().wait();
@@ -270,8 +269,7 @@ TEST_P(OneSided, ARankReachesItsOwnRegion) {
 INSTANTIATE_TEST_SUITE_P(Paths, OneSided,
                          ::testing::Values(Path{"shm", "shm,tcp", "1"},
                                            Path{"shm_ring", "shm,tcp", "0"},
-                                           Path{"tcp", "tcp", "1"},
-                                           Path{"inproc", "inproc", "1"}),
+                                           Path{"tcp", "tcp", "1"}, Path{"inproc", "inproc", "1"}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 TEST(RemoteKey, PacksAndRefusesGarbage) {
