@@ -19,6 +19,9 @@ packages=(
   curl python3-prometheus-client
   # the Python package and the PyTorch backend (python/), their tests and benchmark
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch libtorch-dev
+  # the UCX transport (src/transport/ucx: RDMA fabrics through UCX), and ucx_perftest, the peer
+  # its benchmark is measured against
+  libucx-dev ucx-utils
   # the optional protobuf helper of RPC (include/anview/rpc_protobuf.hpp) and its test
   libprotobuf-dev
 )

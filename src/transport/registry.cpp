@@ -4,14 +4,26 @@
 #include "transport/inproc/inproc_transport.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#if defined(ANVIEW_HAVE_UCX)
+#include "transport/ucx/ucx_transport.hpp"
+#endif
 
 namespace anview::transport {
 namespace {
 
+#if defined(ANVIEW_HAVE_UCX)
+const base::Setting transports_setting(
+    "transport", "ANVIEW_TRANSPORTS", "shm,ucx,tcp",
+    "Transports to use, in order of preference; each peer gets the first that reaches it "
+    "(shm, ucx, tcp; inproc for ranks that are threads of one process). By default ucx serves "
+    "peers on other hosts only where UCX drives an RDMA device; naming it here makes it serve "
+    "every peer it reaches, over the devices UCX_TLS allows");
+#else
 const base::Setting transports_setting(
     "transport", "ANVIEW_TRANSPORTS", "shm,tcp",
     "Transports to use, in order of preference; each peer gets the first that reaches it "
     "(shm, tcp; inproc for ranks that are threads of one process)");
+#endif
 
 }  // namespace
 
@@ -22,6 +34,9 @@ std::vector<TransportProbe> probe_transports() {
     TransportProbe p = name == "shm"      ? shm::ShmTransport::probe()
                        : name == "tcp"    ? tcp::TcpTransport::probe()
                        : name == "inproc" ? inproc::InprocTransport::probe()
+#if defined(ANVIEW_HAVE_UCX)
+                       : name == "ucx" ? ucx::UcxTransport::probe()
+#endif
                                           : TransportProbe{.name = name};
     for (const auto& s : selected) p.selected = p.selected || s == name;
     probes.push_back(std::move(p));
@@ -30,7 +45,11 @@ std::vector<TransportProbe> probe_transports() {
 }
 
 std::vector<std::string> known_transports() {
+#if defined(ANVIEW_HAVE_UCX)
+  return {"shm", "ucx", "tcp", "inproc"};
+#else
   return {"shm", "tcp", "inproc"};
+#endif
 }
 
 std::vector<std::unique_ptr<Transport>> create_transports(const TransportContext& context) {
@@ -42,6 +61,15 @@ std::vector<std::unique_ptr<Transport>> create_transports(const TransportContext
       transports.push_back(std::make_unique<tcp::TcpTransport>(context));
     } else if (name == "inproc") {
       transports.push_back(std::make_unique<inproc::InprocTransport>(context));
+#if defined(ANVIEW_HAVE_UCX)
+    } else if (name == "ucx") {
+      // In the default list, ucx is only worth a UCP context where UCX drives RDMA; a user
+      // who names it gets it whatever the devices.
+      const bool forced = transports_setting.from_environment();
+      std::string why;
+      if (!forced && !ucx::UcxTransport::rdma_present(&why)) continue;
+      transports.push_back(std::make_unique<ucx::UcxTransport>(context, forced));
+#endif
     } else {
       std::string known;
       for (const auto& k : known_transports()) known += (known.empty() ? "" : ", ") + k;

@@ -274,6 +274,37 @@ TEST(MultiprocKill, OneSidedMixedFourRanks) {
   kill_one_rank(4, {}, {"--hosts", "2"}, "rma_kill");
 }
 
+// Over UCX (ANVIEW_TRANSPORTS=ucx): on one host the survivors watch the victim's process (UCX's
+// shared memory has no peer failure handling of its own); across emulated hosts they hear of
+// it through UCX's endpoint error (err_mode PEER: the TCP connection breaks).
+#if defined(ANVIEW_HAVE_UCX)
+#define UCX_ONLY() (void)0
+#else
+#define UCX_ONLY() GTEST_SKIP() << "built without the UCX transport"
+#endif
+const std::vector<std::string> ucx_tcp{"ANVIEW_TRANSPORTS=ucx", "UCX_TLS=tcp"};
+const std::vector<std::string> ucx_shm{"ANVIEW_TRANSPORTS=ucx", "UCX_TLS=sm"};
+TEST(MultiprocKill, UcxTcpFourRanks) {
+  UCX_ONLY();
+  kill_one_rank(4, ucx_tcp);
+}
+TEST(MultiprocKill, UcxShmFourRanks) {
+  UCX_ONLY();
+  kill_one_rank(4, ucx_shm);
+}
+TEST(MultiprocKill, UcxTwoHostsFourRanks) {
+  UCX_ONLY();
+  kill_one_rank(4, ucx_tcp, {"--hosts", "2"});
+}
+TEST(MultiprocKill, DuringAllreduceFourRanksUcx) {
+  UCX_ONLY();
+  kill_one_rank(4, ucx_tcp, {"--hosts", "4"}, "coll_kill");
+}
+TEST(MultiprocKill, OneSidedThreeRanksUcx) {
+  UCX_ONLY();
+  kill_one_rank(3, ucx_shm, {}, "rma_kill");
+}
+
 }  // namespace
 
 namespace {

@@ -225,18 +225,27 @@ struct Options {
   bool deny_cma = false;          // cross-memory attach refused, as in a locked-down container
 };
 
-// The transports every pair must use, from ANVIEW_TRANSPORTS and the emulated hosts: shm on
-// one host, tcp across; with cross-memory attach denied, shm pipelines through its ring.
+// The transports every pair must use, from ANVIEW_TRANSPORTS and the emulated hosts: the first
+// listed that reaches the peer (shm on one host only; ucx, when named, everywhere; tcp
+// everywhere); with cross-memory attach denied, shm pipelines through its ring. Unset, the list
+// is shm,tcp here (the default names ucx too, but it serves no one without RDMA hardware).
 void check_transport_plan(Communicator& comm, const Options& options) {
   const char* env = std::getenv("ANVIEW_TRANSPORTS");
-  const std::string transports = env ? env : "shm,tcp";
-  const bool shm_wanted = transports.find("shm") != std::string::npos;
+  std::vector<std::string> listed;
+  std::stringstream list(env ? env : "shm,tcp");
+  for (std::string item; std::getline(list, item, ',');) listed.push_back(item);
   const int me = comm.rank();
   const int n = comm.size();
   auto host = [&](int r) { return options.hosts > 0 ? r * options.hosts / n : 0; };
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
-    const std::string expected = shm_wanted && host(p) == host(me) ? "shm" : "tcp";
+    std::string expected;
+    for (const auto& t : listed) {
+      if (t == "ucx" || t == "tcp" || (t == "shm" && host(p) == host(me))) {
+        expected = t;
+        break;
+      }
+    }
     const std::string got = comm.transport_name(p);
     require(got == expected, "rank ", me, " reaches rank ", p, " over ", got, ", expected ",
             expected, " (", comm.describe_peer(p), ")");

@@ -1,0 +1,122 @@
+// One peer of the ucx transport: its UCP endpoint, the frames sent to it that UCX still holds,
+// and the frames it sent that wait for their turn (ordered frames UCX delivered early), for
+// room (the sink deferred), or for connect() (they came before we knew the peer).
+//
+// Incoming payloads land without a bounce copy: UCX's rendezvous writes them straight into
+// the sink's landing buffer (ucp_am_recv_data_nbx); small eager payloads are copied once from
+// UCX's receive buffer, which is kept (UCS_INPROGRESS) while a frame waits.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/process_watch.hpp"
+#include "transport/transport.hpp"
+#include "transport/ucx/handshake.hpp"
+
+namespace anview::transport::ucx {
+
+class UcxTransport;
+
+class Connection {
+ public:
+  Connection(UcxTransport& owner, int peer);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  int peer() const { return peer_; }
+  bool open() const { return ep_ != nullptr && !failed_; }
+  bool served() const { return served_; }
+  // Nothing it sent waits or lands here any more.
+  bool quiet() const { return waiting_.empty() && receives_.empty(); }
+  // "tcp/lo" or "posix/memory, cma/memory": the UCX transports of the endpoint's lanes.
+  std::string transports() const;
+  bool failed() const { return failed_; }
+  bool hello_received() const { return hello_received_; }
+  bool goodbye_received() const { return goodbye_received_; }
+  std::size_t sends_in_flight() const { return sends_.size(); }
+
+  // Creates the endpoint from the peer's worker address (UCX connects lazily) and sends our
+  // hello. False with the reason when UCX refuses the address. `watched`: the peer's process
+  // is watched (same host), so the endpoint needs no UCX peer failure handling.
+  bool connect(const std::string& worker_address, const Hello& hello, bool watched,
+               std::string* why);
+  void on_hello() { hello_received_ = true; }
+  void on_goodbye() { goodbye_received_ = true; }
+
+  void send(const FrameHeader& header, const void* payload, Ordering ordering, SendDone done);
+  bool try_send_now(const FrameHeader& header, const void* payload);
+  void say_goodbye(int own_rank);
+
+  // An active message carrying a frame of this peer (inside ucp_worker_progress). Returns what
+  // the UCX receive callback returns.
+  ucs_status_t on_frame(const AmHeader& header, void* data, std::size_t length,
+                        const ucp_am_recv_param_t& param);
+  void resume();
+
+  // Fails everything waiting with `error`; sends in flight fail with it once the endpoint is
+  // closed (close_endpoint(), outside UCX's callbacks).
+  void close(const Error& error);
+  // Closes a failed connection's endpoint without waiting for the peer; true if it did now.
+  // take_close_request() is UCX's request for that close, if any.
+  bool close_endpoint();
+  void* take_close_request();
+  // The transport is being destroyed: completions still to come call no one.
+  void abandon();
+
+  std::unique_ptr<base::ProcessWatch> exit_watch;
+
+ private:
+  struct Incoming {
+    AmHeader header;
+    enum class Data { none, transient, held, copied, rendezvous } kind = Data::none;
+    void* data = nullptr;  // transient/held: UCX's data; rendezvous: its descriptor
+    std::size_t length = 0;
+    std::vector<char> copy;
+  };
+  struct SendOp;
+  struct RecvOp;
+  enum class Outcome { delivered, deferred, failed };
+
+  static void send_done(void* request, ucs_status_t status, void* user_data);
+  static void receive_done(void* request, ucs_status_t status, std::size_t length, void* user_data);
+  SendOp* new_send(SendDone done);
+  void finish_send(SendOp* op, ucs_status_t status);
+  ucs_status_ptr_t post(unsigned id, SendOp* op, std::size_t header_bytes, const void* payload,
+                        std::size_t bytes, std::uint32_t flags);
+  bool deliverable(const AmHeader& header) const;
+  void drain();
+  Outcome deliver(Incoming& in);
+  void release(Incoming& in);
+  Error link_error(const std::string& operation, const std::string& cause,
+                   ErrorKind kind = ErrorKind::link) const;
+
+  UcxTransport& owner_;
+  const int peer_;
+  ucp_ep_h ep_ = nullptr;
+  void* close_request_ = nullptr;
+  bool served_ = false;
+  bool failed_ = false;
+  bool hello_received_ = false;
+  bool goodbye_received_ = false;
+  std::optional<Error> error_;
+  std::uint64_t next_send_seq_ = 0;
+  std::uint64_t next_receive_seq_ = 0;
+  bool ordered_busy_ = false;  // an ordered frame's rendezvous is still landing
+  bool deferred_ = false;      // the sink has no room: stop until resume()
+  bool draining_ = false;
+  bool drain_again_ = false;
+  std::list<Incoming> waiting_;
+  Incoming* transient_ = nullptr;  // the frame of the current callback, while queued
+  bool transient_handed_over_ = false;
+  std::vector<std::unique_ptr<SendOp>> sends_;
+  std::vector<std::unique_ptr<RecvOp>> receives_;
+};
+
+}  // namespace anview::transport::ucx

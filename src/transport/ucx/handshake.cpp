@@ -1,0 +1,68 @@
+#include "transport/ucx/handshake.hpp"
+
+namespace anview::transport::ucx {
+namespace {
+
+constexpr char hex_digits[] = "0123456789abcdef";
+constexpr std::size_t max_address_bytes = 64 * 1024;
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+}  // namespace
+
+std::string encode_endpoint(const std::string& worker_address) {
+  std::string text = std::to_string(protocol_version) + ":";
+  text.reserve(text.size() + 2 * worker_address.size());
+  for (unsigned char c : worker_address) {
+    text += hex_digits[c >> 4];
+    text += hex_digits[c & 15];
+  }
+  return text;
+}
+
+bool decode_endpoint(const std::string& text, std::string& worker_address, std::string* why) {
+  auto fail = [why](std::string cause) {
+    if (why) *why = std::move(cause);
+    return false;
+  };
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) return fail("its ucx endpoint is malformed (no version)");
+  if (text.substr(0, colon) != std::to_string(protocol_version)) {
+    return fail("it speaks UCX endpoint version " + text.substr(0, colon) + ", this rank " +
+                std::to_string(protocol_version));
+  }
+  const std::size_t digits = text.size() - colon - 1;
+  if (digits == 0 || digits % 2 != 0 || digits / 2 > max_address_bytes)
+    return fail("its UCX worker address is malformed (" + std::to_string(digits) + " hex digits)");
+  worker_address.clear();
+  worker_address.reserve(digits / 2);
+  for (std::size_t i = colon + 1; i < text.size(); i += 2) {
+    const int hi = hex_value(text[i]), lo = hex_value(text[i + 1]);
+    if (hi < 0 || lo < 0) return fail("its UCX worker address is not hex");
+    worker_address += static_cast<char>(hi << 4 | lo);
+  }
+  return true;
+}
+
+std::string check_hello(const Hello& hello, std::uint64_t job_id, int world_size, int self) {
+  if (hello.magic != hello_magic) return "not an Anview hello (bad magic)";
+  if (hello.version != protocol_version) {
+    return "protocol version " + std::to_string(hello.version) + ", this rank speaks " +
+           std::to_string(protocol_version);
+  }
+  if (hello.job_id != job_id) return "it belongs to another job";
+  if (hello.world_size != static_cast<std::uint32_t>(world_size)) {
+    return "its job has " + std::to_string(hello.world_size) + " ranks, ours " +
+           std::to_string(world_size);
+  }
+  if (hello.rank >= static_cast<std::uint32_t>(world_size) ||
+      hello.rank == static_cast<std::uint32_t>(self))
+    return "it claims rank " + std::to_string(hello.rank);
+  return {};
+}
+
+}  // namespace anview::transport::ucx

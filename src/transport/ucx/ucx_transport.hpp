@@ -1,0 +1,104 @@
+// The UCX transport: frames travel as UCP active messages (transport/ucx/handshake.hpp) over
+// whatever UCX picks for the peer — InfiniBand, RoCE or iWARP (rc, dc, ud), shared memory,
+// TCP — with UCX's own rendezvous landing large payloads in the receive buffer.
+//
+// One UCP worker per transport (per communicator), driven by the progress engine: a poller
+// calls ucp_worker_progress while the owner spins; before the owner may sleep the poller arms
+// the worker (ucp_worker_arm), whose event fd is in the engine's epoll set. Endpoints are
+// created from the worker addresses peers publish through the bootstrap store, and every
+// endpoint starts with a hello naming job and rank. A peer's failure reaches us as UCX's
+// endpoint error (err_mode PEER, keepalive at 1 s unless UCX_KEEPALIVE_INTERVAL says
+// otherwise) or, on this host, as its process exiting (pidfd).
+//
+// Selection: UCX is worth it where it drives an RDMA device; there it serves the peers on
+// other hosts, ahead of tcp. Elsewhere it serves no one unless ANVIEW_TRANSPORTS (set by the
+// user) names it, and then UCX_TLS chooses its devices.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.hpp"
+#include "transport/ucx/connection.hpp"
+#include "transport/ucx/worker.hpp"
+
+namespace anview::transport::ucx {
+
+class UcxTransport final : public Transport, private base::FdHandler {
+ public:
+  // `forced`: the user named ucx in ANVIEW_TRANSPORTS, so it serves peers without RDMA too.
+  UcxTransport(const TransportContext& context, bool forced);
+  ~UcxTransport() override;
+
+  std::string_view name() const override { return "ucx"; }
+  Capabilities capabilities() const override;
+  void describe_self(PeerInfo& self) const override;
+  bool can_reach(const PeerInfo& peer, std::string* why) const override;
+  void connect(const std::vector<PeerInfo>& peers) override;
+  bool ready() const override;
+  std::optional<Error> setup_failure() const override;
+  std::string pending_connections() const override;
+  void post_send(int peer, const FrameHeader& header, const void* payload, Ordering ordering,
+                 SendDone done) override;
+  bool try_send_now(int peer, const FrameHeader& header, const void* payload) override;
+  void resume(int peer) override;
+  void fail_peer(int peer, const Error& error) override;
+  void shutdown(base::Deadline deadline) override;
+  std::string describe_peer(int peer) const override;
+
+  // Whether ucx belongs in the default transport list here: UCX sees an RDMA device. Cheap
+  // when the machine has no RDMA hardware at all (/sys/class/infiniband is empty).
+  static bool rdma_present(std::string* detail);
+  // What anview-info reports: the devices UCX sees, and why ucx is or is not used.
+  static TransportProbe probe();
+
+  // --- for Connection ---
+  ucp_worker_h worker() const { return worker_->get(); }
+  FrameSink& sink() { return *context_.sink; }
+  int rank() const { return context_.rank; }
+  bool closing() const { return closing_; }
+  ErrorContext error_context(int peer, const std::string& operation) const;
+  void on_endpoint_error(int peer, ucs_status_t status);
+  // The link to `peer` cannot go on: closes it (once) and tells the sink.
+  void fail_link(int peer, const Error& error);
+
+ private:
+  struct PeerLink {
+    std::unique_ptr<Connection> conn;
+    std::optional<Error> setup_error;
+    std::string address;  // the peer's host id, for messages
+    bool same_host = false;
+  };
+
+  static ucs_status_t on_am(void* arg, const void* header, std::size_t header_bytes, void* data,
+                            std::size_t length, const ucp_am_recv_param_t* param);
+  ucs_status_t on_frame(const void* header, std::size_t header_bytes, void* data,
+                        std::size_t length, const ucp_am_recv_param_t& param);
+  void on_hello(const void* header, std::size_t header_bytes);
+  void on_goodbye(const void* header, std::size_t header_bytes);
+  bool poll();
+  void on_fd_events(std::uint32_t events) override;  // the worker's event fd
+  void on_peer_process_exit(int peer);
+  void setup_error(int peer, const std::string& cause);
+  Error closed_communicator(int peer) const;  // the peer said goodbye
+  void reap_close_requests();
+  void protocol_error(int peer, const std::string& cause);
+  void progress_for(base::Deadline deadline, const std::function<bool()>& done);
+  Connection* link(int peer) const;
+
+  TransportContext context_;
+  bool forced_;
+  std::uint32_t max_frame_;
+  std::unique_ptr<Worker> worker_;
+  std::string unusable_;  // why the transport cannot run here (empty: it can)
+  std::vector<PeerLink> peers_;
+  std::vector<void*> close_requests_;
+  unsigned idle_rounds_ = 0;
+  bool armed_ = false;
+  bool closing_ = false;
+  bool logged_stray_ = false;
+  bool logged_arm_failure_ = false;
+};
+
+}  // namespace anview::transport::ucx
