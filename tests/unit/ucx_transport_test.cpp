@@ -25,17 +25,23 @@ using anview::testing::ScopedEnv;
 namespace ucx = anview::transport::ucx;
 
 TEST(UcxHandshake, EndpointRoundTripsAndRefusesGarbage) {
-  std::string address("\x00\x01\xfe\xff worker", 11);
-  const std::string text = ucx::encode_endpoint(address);
+  const ucx::Endpoint endpoint{.worker_address = std::string("\x00\x01\xfe\xff worker", 11),
+                               .probe_address = 0x7ffd12345678};
+  const std::string text = ucx::encode_endpoint(endpoint);
   EXPECT_EQ(text.rfind("1:", 0), 0u);
-  std::string back, why;
+  ucx::Endpoint back;
+  std::string why;
   ASSERT_TRUE(ucx::decode_endpoint(text, back, &why)) << why;
-  EXPECT_EQ(back, address);
-  EXPECT_FALSE(ucx::decode_endpoint("2:0011", back, &why));
+  EXPECT_EQ(back.worker_address, endpoint.worker_address);
+  EXPECT_EQ(back.probe_address, endpoint.probe_address);
+  EXPECT_FALSE(ucx::decode_endpoint("2:0011:10", back, &why));
   EXPECT_NE(why.find("version 2"), std::string::npos) << why;
-  EXPECT_FALSE(ucx::decode_endpoint("1:0g", back, &why));
-  EXPECT_FALSE(ucx::decode_endpoint("1:001", back, &why));  // odd number of digits
-  EXPECT_FALSE(ucx::decode_endpoint("1:", back, &why));
+  EXPECT_FALSE(ucx::decode_endpoint("1:0g:10", back, &why));
+  EXPECT_FALSE(ucx::decode_endpoint("1:001:10", back, &why));  // odd number of digits
+  EXPECT_FALSE(ucx::decode_endpoint("1::10", back, &why));
+  EXPECT_FALSE(ucx::decode_endpoint("1:0011", back, &why));  // no probe
+  EXPECT_FALSE(ucx::decode_endpoint("1:0011:", back, &why));
+  EXPECT_FALSE(ucx::decode_endpoint("1:0011:12zz", back, &why));
   EXPECT_FALSE(ucx::decode_endpoint("0011", back, &why));
 }
 

@@ -12,7 +12,7 @@
 
 #include "base/clock.hpp"
 #include "base/log.hpp"
-#include "transport/shm/peer_memory.hpp"
+#include "transport/cross_memory.hpp"
 #include "transport/shm/shm_transport.hpp"
 
 namespace anview::transport::shm {

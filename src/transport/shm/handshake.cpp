@@ -124,24 +124,5 @@ int open_peer_segment(int pid, int fd, std::string* why) {
   return opened;
 }
 
-bool probe_cross_memory_attach(int pid, std::uint64_t address, std::string* why) {
-  std::uint64_t value = 0;
-  iovec local{&value, sizeof value};
-  iovec remote{reinterpret_cast<void*>(address), sizeof value};
-  const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
-  if (n == static_cast<ssize_t>(sizeof value) && value == probe_value) return true;
-  if (why) {
-    if (n < 0 && (errno == EPERM || errno == EACCES)) {
-      *why = "cross-memory attach refused (" + base::errno_text(errno) +
-             "): ptrace is restricted here (kernel.yama.ptrace_scope, a container's seccomp "
-             "profile or missing CAP_SYS_PTRACE)";
-    } else if (n < 0) {
-      *why = "cross-memory attach failed: process_vm_readv: " + base::errno_text(errno);
-    } else {
-      *why = "cross-memory attach read the wrong bytes (not the same process?)";
-    }
-  }
-  return false;
-}
 
 }  // namespace anview::transport::shm

@@ -58,7 +58,6 @@ struct Endpoint {
   std::string wake_name;            // abstract unix datagram socket that wakes the rank
   std::uint64_t probe_address = 0;  // 8 bytes holding probe_value, to test cross-memory attach
 };
-inline constexpr std::uint64_t probe_value = 0x414e5649455750ull;
 
 std::string encode_endpoint(const Endpoint& endpoint);
 // False (with the reason) when the text is not a valid endpoint of this version.
@@ -87,9 +86,5 @@ Mapping map_shared(int fd, std::size_t offset, std::size_t bytes, std::string* w
 
 // Opens another process's segment through /proc/<pid>/fd/<fd>; -1 and `why` on failure.
 int open_peer_segment(int pid, int fd, std::string* why);
-
-// Reads 8 bytes at `address` of process `pid` with process_vm_readv: true when cross-memory
-// attach works towards it (and the bytes are probe_value), else why not.
-bool probe_cross_memory_attach(int pid, std::uint64_t address, std::string* why);
 
 }  // namespace anview::transport::shm

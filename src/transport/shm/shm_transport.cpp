@@ -15,7 +15,7 @@
 #include "base/limits.hpp"
 #include "base/log.hpp"
 #include "bootstrap/interfaces.hpp"
-#include "transport/shm/peer_memory.hpp"
+#include "transport/cross_memory.hpp"
 
 namespace anview::transport::shm {
 namespace {

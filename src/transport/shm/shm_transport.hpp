@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/cross_memory.hpp"
 #include "transport/shm/connection.hpp"
 #include "transport/transport.hpp"
 

@@ -1,5 +1,8 @@
 #include "transport/ucx/handshake.hpp"
 
+#include <charconv>
+#include <cstdio>
+
 namespace anview::transport::ucx {
 namespace {
 
@@ -14,17 +17,20 @@ int hex_value(char c) {
 
 }  // namespace
 
-std::string encode_endpoint(const std::string& worker_address) {
+std::string encode_endpoint(const Endpoint& endpoint) {
   std::string text = std::to_string(protocol_version) + ":";
-  text.reserve(text.size() + 2 * worker_address.size());
-  for (unsigned char c : worker_address) {
+  text.reserve(text.size() + 2 * endpoint.worker_address.size() + 17);
+  for (unsigned char c : endpoint.worker_address) {
     text += hex_digits[c >> 4];
     text += hex_digits[c & 15];
   }
-  return text;
+  char probe[24];
+  std::snprintf(probe, sizeof probe, ":%llx",
+                static_cast<unsigned long long>(endpoint.probe_address));
+  return text + probe;
 }
 
-bool decode_endpoint(const std::string& text, std::string& worker_address, std::string* why) {
+bool decode_endpoint(const std::string& text, Endpoint& endpoint, std::string* why) {
   auto fail = [why](std::string cause) {
     if (why) *why = std::move(cause);
     return false;
@@ -35,16 +41,26 @@ bool decode_endpoint(const std::string& text, std::string& worker_address, std::
     return fail("it speaks UCX endpoint version " + text.substr(0, colon) + ", this rank " +
                 std::to_string(protocol_version));
   }
-  const std::size_t digits = text.size() - colon - 1;
+  const auto second = text.find(':', colon + 1);
+  if (second == std::string::npos) return fail("its ucx endpoint is malformed (no probe)");
+  const std::size_t digits = second - colon - 1;
   if (digits == 0 || digits % 2 != 0 || digits / 2 > max_address_bytes)
     return fail("its UCX worker address is malformed (" + std::to_string(digits) + " hex digits)");
-  worker_address.clear();
-  worker_address.reserve(digits / 2);
-  for (std::size_t i = colon + 1; i < text.size(); i += 2) {
+  std::string address;
+  address.reserve(digits / 2);
+  for (std::size_t i = colon + 1; i < second; i += 2) {
     const int hi = hex_value(text[i]), lo = hex_value(text[i + 1]);
     if (hi < 0 || lo < 0) return fail("its UCX worker address is not hex");
-    worker_address += static_cast<char>(hi << 4 | lo);
+    address += static_cast<char>(hi << 4 | lo);
   }
+  std::uint64_t probe = 0;
+  const char* first = text.data() + second + 1;
+  const char* last = text.data() + text.size();
+  const auto [end, ec] = std::from_chars(first, last, probe, 16);
+  if (ec != std::errc() || end != last || first == last)
+    return fail("its ucx endpoint's probe address is not hex");
+  endpoint.worker_address = std::move(address);
+  endpoint.probe_address = probe;
   return true;
 }
 

@@ -48,9 +48,14 @@ struct Bye {
 };
 static_assert(sizeof(Bye) == 8, "Bye is a wire format");
 
-// PeerInfo::endpoints["ucx"]: "1:" then the worker address in hex.
-std::string encode_endpoint(const std::string& worker_address);
-bool decode_endpoint(const std::string& text, std::string& worker_address, std::string* why);
+// PeerInfo::endpoints["ucx"]: "1:", the worker address in hex, ":", and in hex the address of
+// a word holding transport::probe_value, by which a same-host peer tests cross-memory attach.
+struct Endpoint {
+  std::string worker_address;
+  std::uint64_t probe_address = 0;
+};
+std::string encode_endpoint(const Endpoint& endpoint);
+bool decode_endpoint(const std::string& text, Endpoint& endpoint, std::string* why);
 
 // Empty when `hello` comes from another rank of this job speaking this protocol; else why not.
 std::string check_hello(const Hello& hello, std::uint64_t job_id, int world_size, int self);

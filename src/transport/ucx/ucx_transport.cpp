@@ -150,7 +150,9 @@ Capabilities UcxTransport::capabilities() const {
 
 void UcxTransport::describe_self(PeerInfo& self) const {
   if (!unusable_.empty()) return;
-  self.endpoints["ucx"] = encode_endpoint(worker_->address());
+  self.endpoints["ucx"] =
+      encode_endpoint(Endpoint{.worker_address = worker_->address(),
+                               .probe_address = reinterpret_cast<std::uint64_t>(&probe_)});
 }
 
 bool UcxTransport::can_reach(const PeerInfo& peer, std::string* why) const {
@@ -161,8 +163,8 @@ bool UcxTransport::can_reach(const PeerInfo& peer, std::string* why) const {
   if (!unusable_.empty()) return say("not usable here: " + unusable_);
   const auto it = peer.endpoints.find("ucx");
   if (it == peer.endpoints.end()) return say("it does not offer ucx");
-  std::string address;
-  if (!decode_endpoint(it->second, address, why)) return false;
+  Endpoint endpoint;
+  if (!decode_endpoint(it->second, endpoint, why)) return false;
   if (forced_) return true;
   std::string detail;
   if (!rdma_present(&detail)) {
@@ -205,8 +207,9 @@ void UcxTransport::connect(const std::vector<PeerInfo>& peers) {
   hello.world_size = static_cast<std::uint32_t>(context_.world_size);
   for (const auto& peer : peers) {
     PeerLink& link = peers_[static_cast<std::size_t>(peer.rank)];
-    std::string address, why;
-    if (!decode_endpoint(peer.endpoints.at("ucx"), address, &why)) {
+    Endpoint endpoint;
+    std::string why;
+    if (!decode_endpoint(peer.endpoints.at("ucx"), endpoint, &why)) {
       setup_error(peer.rank, why);
       continue;
     }
@@ -221,9 +224,18 @@ void UcxTransport::connect(const std::vector<PeerInfo>& peers) {
         continue;
       }
     }
-    if (!link.conn->connect(address, hello, link.conn->exit_watch != nullptr, &why)) {
+    if (!link.conn->connect(endpoint.worker_address, hello, link.conn->exit_watch != nullptr,
+                            &why)) {
       setup_error(peer.rank, why);
       continue;
+    }
+    if (link.same_host && peer.pid > 0) {
+      if (probe_cross_memory_attach(peer.pid, endpoint.probe_address, &why)) {
+        link.memory = std::make_unique<CrossMemoryAccess>(context_.rank, peer.rank, peer.pid);
+      } else {
+        base::log("ucx", base::LogLevel::info, "ucx: rank ", context_.rank, " -> rank ", peer.rank,
+                  ": no direct access to its memory: ", why);
+      }
     }
     base::log("ucx", base::LogLevel::debug, "ucx: rank ", context_.rank, " -> rank ", peer.rank,
               ": ", describe_peer(peer.rank));
@@ -510,6 +522,12 @@ void UcxTransport::shutdown(base::Deadline deadline) {
   });
 }
 
+const PeerMemory* UcxTransport::peer_memory(int peer) const {
+  if (peer < 0 || static_cast<std::size_t>(peer) >= peers_.size()) return nullptr;
+  const PeerLink& l = peers_[static_cast<std::size_t>(peer)];
+  return l.conn && !l.conn->failed() ? l.memory.get() : nullptr;
+}
+
 std::string UcxTransport::describe_peer(int peer) const {
   const Connection* conn = link(peer);
   if (conn == nullptr) return "ucx (not connected)";
@@ -517,6 +535,7 @@ std::string UcxTransport::describe_peer(int peer) const {
   const std::string lanes = conn->transports();
   text += lanes.empty() ? "" : " " + lanes;
   text += " (UCX_TLS=" + worker_->tls() + ")";
+  if (peers_[static_cast<std::size_t>(peer)].memory) text += "; its memory: cross-memory attach";
   if (conn->failed()) text += " (closed)";
   return text;
 }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/cross_memory.hpp"
 #include "transport/transport.hpp"
 #include "transport/ucx/connection.hpp"
 #include "transport/ucx/worker.hpp"
@@ -46,6 +47,9 @@ class UcxTransport final : public Transport, private base::FdHandler {
   void fail_peer(int peer, const Error& error) override;
   void shutdown(base::Deadline deadline) override;
   std::string describe_peer(int peer) const override;
+  // Same-host peers whose memory cross-memory attach reaches: collectives read it directly
+  // and one-sided operations copy into it, as over shm.
+  const PeerMemory* peer_memory(int peer) const override;
 
   // Whether ucx belongs in the default transport list here: UCX sees an RDMA device. Cheap
   // when the machine has no RDMA hardware at all (/sys/class/infiniband is empty).
@@ -67,7 +71,8 @@ class UcxTransport final : public Transport, private base::FdHandler {
   struct PeerLink {
     std::unique_ptr<Connection> conn;
     std::optional<Error> setup_error;
-    std::string address;  // the peer's host id, for messages
+    std::unique_ptr<PeerMemory> memory;  // same host, when cross-memory attach works
+    std::string address;                 // the peer's host id, for messages
     bool same_host = false;
   };
 
@@ -94,6 +99,7 @@ class UcxTransport final : public Transport, private base::FdHandler {
   std::string unusable_;  // why the transport cannot run here (empty: it can)
   std::vector<PeerLink> peers_;
   std::vector<void*> close_requests_;
+  alignas(8) std::uint64_t probe_ = probe_value;  // read by same-host peers to test CMA
   unsigned idle_rounds_ = 0;
   bool armed_ = false;
   bool closing_ = false;

@@ -1,6 +1,7 @@
 // Cross-memory attach between two processes of one host: the copy loop every single-copy path
 // of the shm transport uses, and PeerMemory (transport.hpp): the reads same-host collectives make
-// of their peers' buffers, and one-sided put/get on registered regions.
+// of their peers' buffers, and one-sided put/get on registered regions. Any transport that
+// serves a peer on this host offers it (shm, and ucx for same-host peers).
 #pragma once
 
 #include <cstddef>
@@ -9,7 +10,7 @@
 
 #include "transport/transport.hpp"
 
-namespace anview::transport::shm {
+namespace anview::transport {
 
 // Copies `bytes` between `local` and address `remote` of process `pid` (process_vm_writev when
 // `to_peer`, else process_vm_readv), resuming after partial copies. 0, or the errno that
@@ -19,6 +20,13 @@ int copy_cross_memory(int pid, bool to_peer, char* local, std::uint64_t remote, 
 // The ErrorKind and cause text for a failed cross-memory copy with `rank`'s process.
 ErrorKind cross_memory_error_kind(int err);
 std::string cross_memory_cause(int err, bool to_peer, int rank, int pid, std::size_t bytes);
+
+// A word with this value is published by each rank so a peer can test cross-memory attach.
+inline constexpr std::uint64_t probe_value = 0x414e5649455750ull;
+
+// True when process_vm_readv of `pid`'s 8 bytes at `address` works and reads probe_value;
+// else false with why (ptrace restrictions, another pid namespace, ...).
+bool probe_cross_memory_attach(int pid, std::uint64_t address, std::string* why);
 
 class CrossMemoryAccess final : public PeerMemory {
  public:
@@ -37,4 +45,4 @@ class CrossMemoryAccess final : public PeerMemory {
   int pid_;
 };
 
-}  // namespace anview::transport::shm
+}  // namespace anview::transport
