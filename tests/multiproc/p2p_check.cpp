@@ -78,6 +78,11 @@
 #include "collectives/reduce.hpp"
 #include "transport/frame.hpp"
 #include "transport/tcp/handshake.hpp"
+#if defined(ANVIEW_HAVE_UCX)
+#include <ucp/api/ucp.h>
+
+#include "transport/ucx/handshake.hpp"
+#endif
 
 namespace {
 
@@ -1977,9 +1982,8 @@ std::vector<anview::RemoteKey> gather_keys(Job& job, const anview::MemoryRegion&
   job.comm().allgather(mine.data(), all.data(), mine.size(), anview::DataType::uint8);
   std::vector<anview::RemoteKey> keys;
   for (int r = 0; r < job.size(); ++r)
-    keys.push_back(anview::RemoteKey::unpack(
-        std::span<const std::byte>(all.data() + mine.size() * static_cast<std::size_t>(r),
-                                   mine.size())));
+    keys.push_back(anview::RemoteKey::unpack(std::span<const std::byte>(
+        all.data() + mine.size() * static_cast<std::size_t>(r), mine.size())));
   return keys;
 }
 
@@ -2020,7 +2024,8 @@ std::string one_sided(Job& job) {
   }
   job.barrier(n);
   // What the previous rank put here, in both regions.
-  for (const char* base : {static_cast<const char*>(user.data()), static_cast<const char*>(allocated.data())}) {
+  for (const char* base :
+       {static_cast<const char*>(user.data()), static_cast<const char*>(allocated.data())}) {
     for (std::size_t m = 0; m < sizes.size(); ++m)
       for (std::size_t i = 0; i < sizes[m]; ++i)
         require(base[slot * static_cast<std::size_t>(prev) + place(m) + i] == byte(prev, m, i),
@@ -2028,8 +2033,10 @@ std::string one_sided(Job& job) {
   }
   // Out of range: refused at the call, nothing written; stale: refused by the check.
   const char x = 'x';
-  auto e = error_of([&] { job.comm().put(&x, 2, alloc_keys[static_cast<std::size_t>(next)],
-                                         slot * static_cast<std::size_t>(n) - 1); });
+  auto e = error_of([&] {
+    job.comm().put(&x, 2, alloc_keys[static_cast<std::size_t>(next)],
+                   slot * static_cast<std::size_t>(n) - 1);
+  });
   require(e && e->kind() == ErrorKind::usage && e->operation() == "put",
           "a put past the region's end: ", e ? describe(*e) : "no error");
   job.barrier(n);
@@ -2070,7 +2077,9 @@ std::string rma_kill(Job& job) {
   std::optional<Error> lost;
   while (!lost && seconds_since(t0) < 10) {
     lost = error_of([&] {
-      job.comm().get(local.data(), local.size(), user_keys[static_cast<std::size_t>(victim)]).wait();
+      job.comm()
+          .get(local.data(), local.size(), user_keys[static_cast<std::size_t>(victim)])
+          .wait();
       job.comm().put(local.data(), 4096, keys[static_cast<std::size_t>(victim)]).wait();
       job.comm().flush(victim).wait();
     });
@@ -2773,6 +2782,107 @@ std::string tls_garbage(Job& job) {
              " rounds of traffic and store round-trips after them");
 }
 
+#if defined(ANVIEW_HAVE_UCX)
+// ucx_garbage (ANVIEW_TRANSPORTS=ucx): a stranger inside rank 1's process — its own UCP worker
+// and an endpoint to rank 0's worker (address from the store) — sends rank 0 active messages
+// no rank would send: a header of an unknown size, a frame naming no rank of the job, a hello
+// of another job, a goodbye with a bad magic. Rank 0 drops them (logged once) and every pair
+// goes on talking.
+std::string ucx_garbage(Job& job) {
+  namespace ucx = anview::transport::ucx;
+  const Pattern pattern(job.seed(), eager_limit + 64);
+  const int n = job.size();
+  require(n >= 2, "ucx_garbage needs 2 ranks or more");
+  require(job.comm().transport_name(1 % n) == "ucx" || job.rank() != 0,
+          "rank 0 does not reach rank 1 over ucx (", job.comm().describe_peer(1), ")");
+  traffic_round(job, pattern, 0);
+  constexpr Tag sent{777};
+  if (job.rank() == 0) {
+    char note = 0;
+    job.comm().recv(&note, 1, 1, sent);  // drives progress while the stranger talks
+  } else if (job.rank() == 1) {
+    const auto record = nlohmann::json::parse(job.store().get_string("anview/peer/0"));
+    ucx::Endpoint endpoint;
+    std::string why;
+    require(
+        ucx::decode_endpoint(record.at("endpoints").at("ucx").get<std::string>(), endpoint, &why),
+        "rank 0's ucx endpoint: ", why);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_AM;
+    ucp_context_h context = nullptr;
+    require(ucp_init(&params, nullptr, &context) == UCS_OK, "ucp_init failed");
+    ucp_worker_params_t worker_params{};
+    ucp_worker_h worker = nullptr;
+    require(ucp_worker_create(context, &worker_params, &worker) == UCS_OK, "worker failed");
+    ucp_ep_params_t ep_params{};
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(endpoint.worker_address.data());
+    ucp_ep_h ep = nullptr;
+    require(ucp_ep_create(worker, &ep_params, &ep) == UCS_OK, "ucp_ep_create failed");
+    ucx::AmHeader stray;
+    stray.source = 99;  // no rank of the job
+    stray.frame.type = 1;
+    stray.frame.payload_bytes = 5;
+    ucx::Hello foreign;
+    foreign.job_id = job_id(job) + 1;
+    foreign.rank = 1;
+    foreign.world_size = static_cast<std::uint32_t>(n);
+    ucx::Bye bad_bye;
+    bad_bye.magic = 0x12345678;
+    bad_bye.rank = 1;
+    const char odd_header[10] = "garbage!!";
+    const char payload[5] = {1, 2, 3, 4, 5};
+    struct Attack {
+      unsigned id;
+      const void* header;
+      std::size_t header_bytes;
+      const void* data;
+      std::size_t bytes;
+    };
+    const Attack attacks[] = {{ucx::am_frame, odd_header, sizeof odd_header, payload, 5},
+                              {ucx::am_frame, &stray, sizeof stray, payload, 5},
+                              {ucx::am_hello, &foreign, sizeof foreign, nullptr, 0},
+                              {ucx::am_bye, &bad_bye, sizeof bad_bye, nullptr, 0}};
+    std::vector<ucs_status_ptr_t> pending;
+    for (const Attack& a : attacks) {
+      ucp_request_param_t param{};
+      const ucs_status_ptr_t r =
+          ucp_am_send_nbx(ep, a.id, a.header, a.header_bytes, a.data, a.bytes, &param);
+      require(!UCS_PTR_IS_ERR(r), "ucp_am_send_nbx: ", ucs_status_string(UCS_PTR_STATUS(r)));
+      if (r != nullptr) pending.push_back(r);
+    }
+    ucp_request_param_t flush_param{};
+    pending.push_back(ucp_ep_flush_nbx(ep, &flush_param));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (ucs_status_ptr_t r : pending) {
+      if (r == nullptr || UCS_PTR_IS_ERR(r)) continue;
+      while (ucp_request_check_status(r) == UCS_INPROGRESS) {
+        require(std::chrono::steady_clock::now() < deadline, "the stranger's messages hang");
+        ucp_worker_progress(worker);
+        job.comm().progress();
+      }
+      ucp_request_free(r);
+    }
+    ucp_request_param_t close_param{};
+    close_param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    close_param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    const ucs_status_ptr_t closing = ucp_ep_close_nbx(ep, &close_param);
+    if (closing != nullptr && !UCS_PTR_IS_ERR(closing)) {
+      while (ucp_request_check_status(closing) == UCS_INPROGRESS) ucp_worker_progress(worker);
+      ucp_request_free(closing);
+    }
+    ucp_worker_destroy(worker);
+    ucp_cleanup(context);
+    const char note = 1;
+    job.comm().send(&note, 1, 0, sent);
+  }
+  traffic_round(job, pattern, 1);
+  return cat("rank 0 dropped 4 stranger messages (unknown header, frame of rank 99, hello of ",
+             "another job, bad goodbye) and every pair still talks");
+}
+#endif
+
 const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"stress", stress},
     {"wildcards", wildcards},
@@ -2794,6 +2904,9 @@ const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"dump", dump},
     {"metrics", metrics},
     {"p2p_stall", p2p_stall},
+#if defined(ANVIEW_HAVE_UCX)
+    {"ucx_garbage", ucx_garbage},
+#endif
 };
 
 int usage(const std::string& why) {
