@@ -358,7 +358,10 @@ void UcxTransport::on_goodbye(const void* header, std::size_t header_bytes) {
   Bye bye;
   read_header(header, header_bytes, bye);
   Connection* conn = bye.magic == hello_magic ? link(static_cast<int>(bye.rank)) : nullptr;
-  if (conn != nullptr) conn->on_goodbye();
+  if (conn != nullptr) {
+    conn->on_goodbye();
+    attention_ = true;
+  }
 }
 
 void UcxTransport::protocol_error(int peer, const std::string& cause) {
@@ -414,6 +417,7 @@ void UcxTransport::fail_link(int peer, const Error& error) {
   base::log("ucx", quiet ? base::LogLevel::debug : base::LogLevel::error,
             quiet ? "ucx: link closed: " : "", error.what());
   conn->close(error);  // the endpoint itself is closed by poll(), outside UCX's callbacks
+  attention_ = true;
   if (!closing_) context_.sink->on_peer_failed(peer, error, left);
 }
 
@@ -436,17 +440,24 @@ void UcxTransport::reap_close_requests() {
 bool UcxTransport::poll() {
   const unsigned events = ucp_worker_progress(worker_->get());
   bool worked = events > 0;
-  for (auto& l : peers_) {
-    Connection* conn = l.conn.get();
-    if (conn == nullptr) continue;
-    // The peer said goodbye and everything it sent before has landed.
-    if (!conn->failed() && conn->goodbye_received() && conn->quiet()) {
-      fail_link(conn->peer(), closed_communicator(conn->peer()));
-      worked = true;
-    }
-    if (conn->failed() && conn->close_endpoint()) {
-      if (void* request = conn->take_close_request()) close_requests_.push_back(request);
-      worked = true;
+  if (attention_) {  // a goodbye came or a link failed: look at every link once
+    attention_ = false;
+    for (auto& l : peers_) {
+      Connection* conn = l.conn.get();
+      if (conn == nullptr) continue;
+      // The peer said goodbye and everything it sent before has landed.
+      if (!conn->failed() && conn->goodbye_received()) {
+        if (conn->quiet()) {
+          fail_link(conn->peer(), closed_communicator(conn->peer()));
+        } else {
+          attention_ = true;  // again next round
+        }
+        worked = true;
+      }
+      if (conn->failed() && conn->close_endpoint()) {
+        if (void* request = conn->take_close_request()) close_requests_.push_back(request);
+        worked = true;
+      }
     }
   }
   if (!close_requests_.empty()) reap_close_requests();

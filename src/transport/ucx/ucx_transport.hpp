@@ -103,6 +103,7 @@ class UcxTransport final : public Transport, private base::FdHandler {
   unsigned idle_rounds_ = 0;
   bool armed_ = false;
   bool closing_ = false;
+  bool attention_ = false;  // poll() has links to look at (goodbye, failure)
   bool logged_stray_ = false;
   bool logged_arm_failure_ = false;
 };
