@@ -29,8 +29,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def anview(build, transports, op, args):
-    env = dict(os.environ, ANVIEW_TRANSPORTS=transports)
+def anview(build, transports, op, args, env=None):
+    env = dict(os.environ, ANVIEW_TRANSPORTS=transports, **(env or {}))
     cmd = [f"{build}/bin/anview-run", "-n", "2", "--timeout", "300",
            f"{build}/bin/anview-perf", op, "--json"] + args
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout

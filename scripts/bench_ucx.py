@@ -13,21 +13,11 @@ ratios (this machine is shared and noisy). 2 ranks on this host.
   scripts/bench_ucx.py [--build build-rel] [--reps 5] [--tls sm,tcp]
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_p2p import ROOT, fmt, med, ucx_perftest  # noqa: E402
-
-
-def anview(build, tls, op, args):
-    env = dict(os.environ, ANVIEW_TRANSPORTS="ucx", UCX_TLS=tls)
-    cmd = [f"{build}/bin/anview-run", "-n", "2", "--timeout", "300",
-           f"{build}/bin/anview-perf", op, "--json"] + args
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")][0]
+from bench_p2p import ROOT, anview, fmt, med, ucx_perftest  # noqa: E402
 
 
 CASES = [
@@ -51,7 +41,7 @@ def main():
     for _ in range(a.reps):
         for tls in a.tls.split(","):
             for name, op, args, key, tests, size, iters, warmup, lower in CASES:
-                mine = anview(a.build, tls, op, args)[key]
+                mine = anview(a.build, "ucx", op, args, env={"UCX_TLS": tls})[0][key]
                 for test in tests:
                     peer = ucx_perftest(test, size, iters, warmup, tls=tls)
                     rows.setdefault((tls, name, test, lower), []).append((mine, peer))

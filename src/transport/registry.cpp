@@ -1,6 +1,7 @@
 #include "transport/registry.hpp"
 
 #include "base/config.hpp"
+#include "base/log.hpp"
 #include "transport/inproc/inproc_transport.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
@@ -12,18 +13,17 @@ namespace anview::transport {
 namespace {
 
 #if defined(ANVIEW_HAVE_UCX)
-const base::Setting transports_setting(
-    "transport", "ANVIEW_TRANSPORTS", "shm,ucx,tcp",
-    "Transports to use, in order of preference; each peer gets the first that reaches it "
-    "(shm, ucx, tcp; inproc for ranks that are threads of one process). By default ucx serves "
-    "peers on other hosts only where UCX drives an RDMA device; naming it here makes it serve "
-    "every peer it reaches, over the devices UCX_TLS allows");
+constexpr const char* default_transports = "shm,ucx,tcp";
 #else
-const base::Setting transports_setting(
-    "transport", "ANVIEW_TRANSPORTS", "shm,tcp",
-    "Transports to use, in order of preference; each peer gets the first that reaches it "
-    "(shm, tcp; inproc for ranks that are threads of one process)");
+constexpr const char* default_transports = "shm,tcp";
 #endif
+
+const base::Setting transports_setting(
+    "transport", "ANVIEW_TRANSPORTS", default_transports,
+    "Transports to use, in order of preference; each peer gets the first that reaches it "
+    "(shm, ucx in builds with UCX, tcp; inproc for ranks that are threads of one process). By "
+    "default ucx serves peers on other hosts only where UCX drives an RDMA device; naming it "
+    "here makes it serve every peer it reaches, over the devices UCX_TLS allows");
 
 }  // namespace
 
@@ -37,7 +37,7 @@ std::vector<TransportProbe> probe_transports() {
 #if defined(ANVIEW_HAVE_UCX)
                        : name == "ucx" ? ucx::UcxTransport::probe()
 #endif
-                                          : TransportProbe{.name = name};
+                                       : TransportProbe{.name = name};
     for (const auto& s : selected) p.selected = p.selected || s == name;
     probes.push_back(std::move(p));
   }
@@ -67,7 +67,10 @@ std::vector<std::unique_ptr<Transport>> create_transports(const TransportContext
       // who names it gets it whatever the devices.
       const bool forced = transports_setting.from_environment();
       std::string why;
-      if (!forced && !ucx::UcxTransport::rdma_present(&why)) continue;
+      if (!forced && !ucx::UcxTransport::rdma_present(&why)) {
+        base::log("transport", base::LogLevel::debug, "ucx left out: ", why);
+        continue;
+      }
       transports.push_back(std::make_unique<ucx::UcxTransport>(context, forced));
 #endif
     } else {

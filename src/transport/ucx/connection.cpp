@@ -29,11 +29,7 @@ struct Connection::RecvOp {
 
 Connection::Connection(UcxTransport& owner, int peer) : owner_(owner), peer_(peer) {}
 
-Connection::~Connection() {
-  // The transport destroyed the worker first: UCX calls no callback any more.
-  for (auto& op : sends_) op->conn = nullptr;
-  for (auto& op : receives_) op->conn = nullptr;
-}
+Connection::~Connection() = default;
 
 Error Connection::link_error(const std::string& operation, const std::string& cause,
                              ErrorKind kind) const {
@@ -106,7 +102,7 @@ ucs_status_ptr_t Connection::post(unsigned id, SendOp* op, std::size_t header_by
 void Connection::send_done(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<SendOp*>(user_data);
   ucp_request_free(request);
-  if (op->conn != nullptr) op->conn->finish_send(op, status);
+  op->conn->finish_send(op, status);
 }
 
 void Connection::finish_send(SendOp* op, ucs_status_t status) {
@@ -321,7 +317,6 @@ void Connection::receive_done(void* request, ucs_status_t status, std::size_t, v
   auto* op = static_cast<RecvOp*>(user_data);
   ucp_request_free(request);
   Connection* conn = op->conn;
-  if (conn == nullptr) return;  // during the transport's destruction
   // The connection outlives the worker (the transport destroys the worker first), so a
   // receive that completes after close() still finds it.
   std::unique_ptr<RecvOp> owned = std::move(conn->receives_[op->index]);
@@ -370,13 +365,13 @@ void Connection::close(const Error& error) {
   exit_watch.reset();
 }
 
-bool Connection::close_endpoint() {
+bool Connection::close_endpoint(std::vector<void*>& requests) {
   if (!failed_ || ep_ == nullptr) return false;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_EP_CLOSE_FLAG_FORCE;
   const ucs_status_ptr_t request = ucp_ep_close_nbx(ep_, &param);  // fails sends in flight
-  if (request != nullptr && !UCS_PTR_IS_ERR(request)) close_request_ = request;
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) requests.push_back(request);
   ep_ = nullptr;
   return true;
 }
@@ -406,12 +401,6 @@ std::string Connection::transports() const {
 
 void Connection::abandon() {
   for (auto& op : sends_) op->done = nullptr;
-}
-
-void* Connection::take_close_request() {
-  void* request = close_request_;
-  close_request_ = nullptr;
-  return request;
 }
 
 }  // namespace anview::transport::ucx

@@ -26,7 +26,7 @@ class UcxTransport;
 class Connection {
  public:
   Connection(UcxTransport& owner, int peer);
-  ~Connection();
+  ~Connection();  // out of line: SendOp and RecvOp are complete only there
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
@@ -64,9 +64,8 @@ class Connection {
   // closed (close_endpoint(), outside UCX's callbacks).
   void close(const Error& error);
   // Closes a failed connection's endpoint without waiting for the peer; true if it did now.
-  // take_close_request() is UCX's request for that close, if any.
-  bool close_endpoint();
-  void* take_close_request();
+  // UCX's request for that close, if any, goes to `requests` (the caller frees it once done).
+  bool close_endpoint(std::vector<void*>& requests);
   // The transport is being destroyed: completions still to come call no one.
   void abandon();
 
@@ -100,7 +99,6 @@ class Connection {
   UcxTransport& owner_;
   const int peer_;
   ucp_ep_h ep_ = nullptr;
-  void* close_request_ = nullptr;
   bool served_ = false;
   bool failed_ = false;
   bool hello_received_ = false;

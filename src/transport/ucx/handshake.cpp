@@ -1,12 +1,13 @@
 #include "transport/ucx/handshake.hpp"
 
 #include <charconv>
-#include <cstdio>
+#include <span>
+
+#include "base/auth.hpp"
 
 namespace anview::transport::ucx {
 namespace {
 
-constexpr char hex_digits[] = "0123456789abcdef";
 constexpr std::size_t max_address_bytes = 64 * 1024;
 
 int hex_value(char c) {
@@ -18,16 +19,12 @@ int hex_value(char c) {
 }  // namespace
 
 std::string encode_endpoint(const Endpoint& endpoint) {
-  std::string text = std::to_string(protocol_version) + ":";
-  text.reserve(text.size() + 2 * endpoint.worker_address.size() + 17);
-  for (unsigned char c : endpoint.worker_address) {
-    text += hex_digits[c >> 4];
-    text += hex_digits[c & 15];
-  }
-  char probe[24];
-  std::snprintf(probe, sizeof probe, ":%llx",
-                static_cast<unsigned long long>(endpoint.probe_address));
-  return text + probe;
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(endpoint.worker_address.data());
+  char probe[17];
+  const auto end = std::to_chars(probe, probe + sizeof probe, endpoint.probe_address, 16).ptr;
+  return std::to_string(protocol_version) + ":" +
+         base::auth::to_hex(std::span(bytes, endpoint.worker_address.size())) + ":" +
+         std::string(probe, end);
 }
 
 bool decode_endpoint(const std::string& text, Endpoint& endpoint, std::string* why) {

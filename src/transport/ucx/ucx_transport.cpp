@@ -1,10 +1,7 @@
 #include "transport/ucx/ucx_transport.hpp"
 
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <regex>
-#include <set>
 #include <thread>
 
 #include "base/limits.hpp"
@@ -89,7 +86,8 @@ UcxTransport::UcxTransport(const TransportContext& context, bool forced)
       forced_(forced),
       max_frame_(base::limits::max_frame_bytes()),
       worker_(std::make_unique<Worker>()),
-      peers_(static_cast<std::size_t>(context.world_size)) {
+      peers_(static_cast<std::size_t>(context.world_size)),
+      rdma_(rdma_present(nullptr)) {
   if (!worker_->valid()) {
     unusable_ = worker_->error();
     return;
@@ -119,14 +117,12 @@ UcxTransport::~UcxTransport() {
   if (!worker_->valid()) return;
   if (unusable_.empty()) context_.engine->remove_fd(worker_->event_fd());
   closing_ = true;
-  const Error closed(ErrorKind::link,
-                     {.rank = context_.rank, .operation = "send", .cause = "communicator closed"});
+  const Error closed = communicator_closed();
   for (auto& link : peers_) {
     if (!link.conn) continue;
     link.conn->abandon();
     link.conn->close(closed);
-    link.conn->close_endpoint();
-    if (void* request = link.conn->take_close_request()) close_requests_.push_back(request);
+    link.conn->close_endpoint(close_requests_);
   }
   const base::Deadline deadline = base::Clock::now() + std::chrono::seconds(2);
   while (!close_requests_.empty() && base::Clock::now() < deadline) {
@@ -139,7 +135,7 @@ UcxTransport::~UcxTransport() {
 }
 
 Capabilities UcxTransport::capabilities() const {
-  const bool rdma = rdma_present(nullptr);
+  const bool rdma = rdma_;
   return Capabilities{.zero_copy_receive = true,
                       .one_sided = false,
                       .streams = 1,
@@ -166,11 +162,10 @@ bool UcxTransport::can_reach(const PeerInfo& peer, std::string* why) const {
   Endpoint endpoint;
   if (!decode_endpoint(it->second, endpoint, why)) return false;
   if (forced_) return true;
-  std::string detail;
-  if (!rdma_present(&detail)) {
-    return say(detail +
-               ": UCX would carry TCP or shared memory, which tcp and shm do better "
-               "(ANVIEW_TRANSPORTS=ucx forces it)");
+  if (!rdma_) {
+    return say(
+        "no RDMA device: UCX would carry TCP or shared memory, which tcp and shm do "
+        "better (ANVIEW_TRANSPORTS=ucx forces it)");
   }
   if (peer.host_id == context_.host_id) return say("on this host (shared memory serves it)");
   return true;
@@ -195,8 +190,7 @@ void UcxTransport::setup_error(int peer, const std::string& cause) {
   base::log("ucx", base::LogLevel::error, link.setup_error->what());
   if (link.conn) {
     link.conn->close(*link.setup_error);
-    link.conn->close_endpoint();
-    if (void* request = link.conn->take_close_request()) close_requests_.push_back(request);
+    link.conn->close_endpoint(close_requests_);
   }
 }
 
@@ -213,8 +207,8 @@ void UcxTransport::connect(const std::vector<PeerInfo>& peers) {
       setup_error(peer.rank, why);
       continue;
     }
-    link.same_host = peer.host_id == context_.host_id;
-    if (link.same_host && peer.pid > 0) {
+    const bool same_host = peer.host_id == context_.host_id && peer.pid > 0;
+    if (same_host) {
       const int rank = peer.rank;
       bool gone = false;
       link.conn->exit_watch = base::ProcessWatch::start(
@@ -229,7 +223,7 @@ void UcxTransport::connect(const std::vector<PeerInfo>& peers) {
       setup_error(peer.rank, why);
       continue;
     }
-    if (link.same_host && peer.pid > 0) {
+    if (same_host) {
       if (probe_cross_memory_attach(peer.pid, endpoint.probe_address, &why)) {
         link.memory = std::make_unique<CrossMemoryAccess>(context_.rank, peer.rank, peer.pid);
       } else {
@@ -390,6 +384,11 @@ Error UcxTransport::closed_communicator(int peer) const {
   return Error(ErrorKind::peer_lost, std::move(ctx));
 }
 
+Error UcxTransport::communicator_closed() const {
+  return Error(ErrorKind::link,
+               {.rank = context_.rank, .operation = "send", .cause = "communicator closed"});
+}
+
 void UcxTransport::on_peer_process_exit(int peer) {
   Connection* conn = link(peer);
   if (conn == nullptr || conn->failed()) return;
@@ -454,10 +453,7 @@ bool UcxTransport::poll() {
         }
         worked = true;
       }
-      if (conn->failed() && conn->close_endpoint()) {
-        if (void* request = conn->take_close_request()) close_requests_.push_back(request);
-        worked = true;
-      }
+      if (conn->failed() && conn->close_endpoint(close_requests_)) worked = true;
     }
   }
   if (!close_requests_.empty()) reap_close_requests();
@@ -519,13 +515,11 @@ void UcxTransport::shutdown(base::Deadline deadline) {
       ucp_request_cancel(worker_->get(), flush);
     ucp_request_free(flush);
   }
-  const Error closed(ErrorKind::link,
-                     {.rank = context_.rank, .operation = "send", .cause = "communicator closed"});
+  const Error closed = communicator_closed();
   for (auto& l : peers_) {
     if (!l.conn) continue;
     l.conn->close(closed);
-    if (l.conn->close_endpoint())
-      if (void* request = l.conn->take_close_request()) close_requests_.push_back(request);
+    l.conn->close_endpoint(close_requests_);
   }
   progress_for(deadline, [this] {
     reap_close_requests();

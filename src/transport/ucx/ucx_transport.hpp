@@ -72,8 +72,6 @@ class UcxTransport final : public Transport, private base::FdHandler {
     std::unique_ptr<Connection> conn;
     std::optional<Error> setup_error;
     std::unique_ptr<PeerMemory> memory;  // same host, when cross-memory attach works
-    std::string address;                 // the peer's host id, for messages
-    bool same_host = false;
   };
 
   static ucs_status_t on_am(void* arg, const void* header, std::size_t header_bytes, void* data,
@@ -87,6 +85,7 @@ class UcxTransport final : public Transport, private base::FdHandler {
   void on_peer_process_exit(int peer);
   void setup_error(int peer, const std::string& cause);
   Error closed_communicator(int peer) const;  // the peer said goodbye
+  Error communicator_closed() const;          // we are closing
   void reap_close_requests();
   void protocol_error(int peer, const std::string& cause);
   void progress_for(base::Deadline deadline, const std::function<bool()>& done);
@@ -98,6 +97,7 @@ class UcxTransport final : public Transport, private base::FdHandler {
   std::unique_ptr<Worker> worker_;
   std::string unusable_;  // why the transport cannot run here (empty: it can)
   std::vector<PeerLink> peers_;
+  bool rdma_ = false;  // UCX drives an RDMA device here (rdma_present(), once)
   std::vector<void*> close_requests_;
   alignas(8) std::uint64_t probe_ = probe_value;  // read by same-host peers to test CMA
   unsigned idle_rounds_ = 0;
