@@ -99,11 +99,11 @@ std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t 
   // Publish (a copy), one flag round, then every rank reduces all p contributions itself.
   out.push_back(shared(t, bytes, c.m.flag_us + c.copy(n) + (p - 1) * c.reduce(n)));
   if (t.reads_peers) {
-    // Postings, "ready" and "done" (three rounds of small messages); each rank reads p-1
-    // segments of n/p to reduce its own, then p-1 reduced segments from their owners.
+    // Postings and "done" (two rounds of small messages); each rank reads p-1 segments of n/p
+    // to reduce its own, then writes its reduced segment into the p-1 peers.
     const double seg = n / p;
     out.push_back(usable(
-        "direct", 3 * c.m.alpha_us + 2 * (p - 1) * seg / c.m.link_bpus + (p - 1) * c.reduce(seg)));
+        "direct", 2 * c.m.alpha_us + 2 * (p - 1) * seg / c.m.link_bpus + (p - 1) * c.reduce(seg)));
   } else {
     out.push_back(refused("direct", "needs every rank on one host with cross-memory attach"));
   }

@@ -1,11 +1,16 @@
 #include "collectives/direct.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "base/clock.hpp"
+#include "base/log.hpp"
 #include "collectives/reduce.hpp"
 #include "collectives/steps.hpp"
+#include "collectives/watchdog.hpp"
 
 namespace anview::collectives {
 namespace {
@@ -87,7 +92,8 @@ std::vector<Posting> exchange_postings(Call& call, const Posting& mine) {
   return theirs;
 }
 
-// Reads from a peer's memory; a peer that offered memory we cannot read has its link closed.
+// Reads from or writes into a peer's memory; a peer that offered memory we cannot reach has its
+// link closed.
 void read_peer(Call& call, const PeerMemories& peers, int p, std::uint64_t remote, void* local,
                std::size_t bytes) {
   try {
@@ -98,26 +104,94 @@ void read_peer(Call& call, const PeerMemories& peers, int p, std::uint64_t remot
   }
 }
 
-// A zero-byte message to every peer, then one from each, handed to `on_arrival` in the order
-// rank+1, rank+2, ... (so the ranks do not all start with the same peer).
-template <typename OnArrival>
-void signal_all(Call& call, OnArrival&& on_arrival) {
-  std::vector<RequestPtr> recvs(static_cast<std::size_t>(call.size));
-  for (int i = 1; i < call.size; ++i) {
-    const int p = mod(call.rank + i, call.size);
-    recvs[static_cast<std::size_t>(p)] = post_recv(call, nullptr, 0, p);
+void write_peer(Call& call, const PeerMemories& peers, int p, std::uint64_t remote,
+                const void* local, std::size_t bytes) {
+  try {
+    peers[static_cast<std::size_t>(p)]->write(remote, local, bytes, call.operation());
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::protocol) call.messenger.fail_peer(p, e);
+    throw;
   }
-  std::vector<RequestPtr> sends;
-  for (int i = 1; i < call.size; ++i)
-    sends.push_back(post_send(call, nullptr, 0, mod(call.rank + i, call.size)));
+}
+
+// After its postings, a rank sends every peer one word: go (it has every posting and takes part:
+// from now on the peer may write into its receive buffer, and it leaves only after the peer's
+// "done", a zero-byte message) or no-go (it gave up before the call started: nobody may write
+// into it, and it waits for nobody). A rank writes into a peer only after the peer's go. These
+// messages are sent untracked (not in call.posted) from static bytes: a failing call must not
+// cancel them, the peers wait for them.
+enum class Word : std::uint8_t { go = 'G', no_go = 'N' };
+constexpr Word go_word = Word::go;
+constexpr Word no_go_word = Word::no_go;
+
+void tell_all(Call& call, const void* data, std::size_t bytes) {
   for (int i = 1; i < call.size; ++i) {
-    const int p = mod(call.rank + i, call.size);
-    const auto& r = recvs[static_cast<std::size_t>(p)];
-    wait(call, r);
-    check_size(call, r, 0, p);
-    on_arrival(p);
+    try {
+      call.messenger.isend(data, bytes, call.world(mod(call.rank + i, call.size)), call.tag, true);
+    } catch (const Error&) {
+      // Only for arguments that cannot be wrong here; the peer's failure reaches its receive.
+    }
   }
-  for (const auto& s : sends) wait(call, s);
+}
+
+// Waits for a peer's message of `bytes` until it arrives, the peer is lost, or `deadline`:
+// unlike steps::wait(), the failure of another rank does not end the wait (this peer may be
+// writing into our buffers until it says otherwise). Returns the Error that ended it, if any.
+std::optional<Error> await_peer(Call& call, const RequestPtr& r, std::size_t bytes, int p,
+                                base::Clock::time_point deadline, StallClock& stall,
+                                const char* what) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - base::Clock::now());
+    try {
+      call.messenger.wait(
+          *r, std::clamp(left, std::chrono::milliseconds(0), std::chrono::milliseconds(200)));
+      check_size(call, r, bytes, p);
+      return std::nullopt;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::timeout) return e.for_operation(call.operation(), std::nullopt);
+      if (base::Clock::now() >= deadline) {
+        return Error(ErrorKind::timeout,
+                     {.rank = call.world(call.rank),
+                      .peer = call.world(p),
+                      .operation = call.operation(),
+                      .cause = "rank " + std::to_string(call.world(p)) + " did not " + what +
+                               " within " + std::to_string(call.timeout.count()) +
+                               " ms: " + call.messenger.describe_request(*r)});
+      }
+      stall.check(p, [&] { return call.messenger.describe_request(*r); });
+    }
+  }
+}
+
+// Says done to the peers that said go and waits for their done: no rank returns, even with an
+// error, while a peer that may write into it still does. Returns the error to raise: `failure`
+// if set, else the first one met.
+std::optional<Error> finish(Call& call, const std::vector<bool>& said_go,
+                            std::optional<Error> failure) {
+  std::vector<RequestPtr> dones(static_cast<std::size_t>(call.size));
+  for (int p = 0; p < call.size; ++p) {
+    if (!said_go[static_cast<std::size_t>(p)]) continue;
+    dones[static_cast<std::size_t>(p)] = post_recv(call, nullptr, 0, p);
+    try {
+      call.messenger.isend(nullptr, 0, call.world(p), call.tag, true);
+    } catch (const Error&) {
+      // As in tell_all().
+    }
+  }
+  const auto start = base::Clock::now();
+  StallClock stall(call, start);
+  for (int p = 0; p < call.size; ++p) {
+    if (!said_go[static_cast<std::size_t>(p)]) continue;
+    auto error = await_peer(call, dones[static_cast<std::size_t>(p)], 0, p, start + call.timeout,
+                            stall, "say it was done with this rank's buffers");
+    if (!error) continue;
+    if (failure && error->kind() == ErrorKind::timeout)
+      base::log("coll", base::LogLevel::error, error->what(),
+                " (it may still write into the receive buffer)");
+    if (!failure) failure = error;
+  }
+  return failure;
 }
 
 }  // namespace
@@ -131,37 +205,82 @@ void allreduce_direct(Call& call, const PeerMemories& peers, const void* send, v
                      .op = static_cast<std::uint32_t>(op),
                      .send = reinterpret_cast<std::uintptr_t>(send),
                      .recv = reinterpret_cast<std::uintptr_t>(recv)};
-  const std::vector<Posting> theirs = exchange_postings(call, mine);
+  std::vector<Posting> theirs;
+  try {
+    theirs = exchange_postings(call, mine);
+  } catch (const Error& e) {
+    // Ranks that disagree all see it: nobody takes part, nobody waits for a word. Otherwise
+    // (a rank lost or late) peers that have every posting wait for this rank's word.
+    if (e.kind() != ErrorKind::usage && e.kind() != ErrorKind::protocol)
+      tell_all(call, &no_go_word, sizeof no_go_word);
+    throw;
+  }
 
-  // 1. Reduce this rank's segment from every rank's send buffer, a cache-sized chunk at a time.
-  const Segment own = segment(count, call.size, call.rank);
-  const char* in = static_cast<const char*>(send) + own.offset * esize;
-  char* out = static_cast<char*>(recv) + own.offset * esize;
-  const std::size_t per_chunk = read_unit_bytes / esize;
-  char* scratch = call.scratch_bytes(std::min(per_chunk, own.count) * esize);
-  for (std::size_t k = 0; k < own.count; k += per_chunk) {
-    const std::size_t m = std::min(per_chunk, own.count - k);
-    const char* acc = in + k * esize;
-    for (int i = 1; i < call.size; ++i) {
-      const int p = mod(call.rank + i, call.size);
-      read_peer(call, peers, p, theirs[static_cast<std::size_t>(p)].send + (own.offset + k) * esize,
-                scratch, m * esize);
-      reduce_to(out + k * esize, acc, scratch, m, type, op);
-      acc = out + k * esize;
+  std::vector<RequestPtr> words(static_cast<std::size_t>(call.size));
+  std::vector<Word> heard(static_cast<std::size_t>(call.size), Word::no_go);
+  for (int p = 0; p < call.size; ++p)
+    if (p != call.rank)
+      words[static_cast<std::size_t>(p)] =
+          post_recv(call, &heard[static_cast<std::size_t>(p)], sizeof(Word), p);
+  tell_all(call, &go_word, sizeof go_word);
+  std::vector<bool> said_go(static_cast<std::size_t>(call.size), false);
+  std::optional<Error> failure;
+  {
+    const auto start = base::Clock::now();
+    StallClock stall(call, start);
+    for (int p = 0; p < call.size; ++p) {
+      if (p == call.rank) continue;
+      auto error = await_peer(call, words[static_cast<std::size_t>(p)], sizeof(Word), p,
+                              start + call.timeout, stall, "say whether it takes part");
+      if (!error && heard[static_cast<std::size_t>(p)] == Word::go) {
+        said_go[static_cast<std::size_t>(p)] = true;
+      } else if (!error) {
+        error = call.messenger.first_peer_failure().value_or(
+            Error(ErrorKind::timeout,
+                  {.rank = call.world(call.rank),
+                   .peer = call.world(p),
+                   .operation = call.operation(),
+                   .cause = "rank " + std::to_string(call.world(p)) +
+                            " gave up on the call before it started (a rank it waited for "
+                            "was lost or late)"}));
+      }
+      if (error && !failure) failure = error;
     }
   }
-  if (op == ReduceOp::avg) finish_avg(out, own.count, type, call.size);
 
-  // 2. Once a peer's segment is reduced ("ready"), copy it from its receive buffer.
-  signal_all(call, [&](int p) {
-    const Segment seg = segment(count, call.size, p);
-    if (seg.count == 0) return;
-    read_peer(call, peers, p, theirs[static_cast<std::size_t>(p)].recv + seg.offset * esize,
-              static_cast<char*>(recv) + seg.offset * esize, seg.count * esize);
-  });
-
-  // 3. Nobody leaves while a peer may still read its receive buffer ("done").
-  signal_all(call, [](int) {});
+  // Reduce this rank's segment from every rank's send buffer a cache-sized chunk at a time,
+  // and write each reduced chunk into every peer's receive buffer while it is still in cache
+  // (reading it back from memory later would cost one more pass over the segment).
+  if (!failure) {
+    try {
+      const Segment own = segment(count, call.size, call.rank);
+      const char* in = static_cast<const char*>(send) + own.offset * esize;
+      char* out = static_cast<char*>(recv) + own.offset * esize;
+      const std::size_t per_chunk = read_unit_bytes / esize;
+      char* scratch = call.scratch_bytes(std::min(per_chunk, own.count) * esize);
+      for (std::size_t k = 0; k < own.count; k += per_chunk) {
+        const std::size_t m = std::min(per_chunk, own.count - k);
+        const std::uint64_t at = (own.offset + k) * esize;
+        const char* acc = in + k * esize;
+        for (int i = 1; i < call.size; ++i) {
+          const int p = mod(call.rank + i, call.size);
+          read_peer(call, peers, p, theirs[static_cast<std::size_t>(p)].send + at, scratch,
+                    m * esize);
+          reduce_to(out + k * esize, acc, scratch, m, type, op);
+          acc = out + k * esize;
+        }
+        if (op == ReduceOp::avg) finish_avg(out + k * esize, m, type, call.size);
+        for (int i = 1; i < call.size; ++i) {
+          const int p = mod(call.rank + i, call.size);
+          write_peer(call, peers, p, theirs[static_cast<std::size_t>(p)].recv + at, out + k * esize,
+                     m * esize);
+        }
+      }
+    } catch (const Error& e) {
+      failure = e;
+    }
+  }
+  if (auto error = finish(call, said_go, failure)) rethrow(call, *error);
 }
 
 }  // namespace anview::collectives

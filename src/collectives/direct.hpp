@@ -1,11 +1,15 @@
-// Same-host collectives that read their peers' buffers (transport::PeerMemory: cross-memory
-// attach) instead of streaming them through messages. A call starts with every rank telling
-// every other one what it was called with and where its buffers are (a Posting); a rank whose
-// arguments differ from a peer's fails at once with a usage Error naming both.
+// Same-host collectives that read and write their peers' buffers (transport::PeerMemory:
+// cross-memory attach) instead of streaming them through messages. A call starts with every rank
+// telling every other one what it was called with and where its buffers are (a Posting); a rank
+// whose arguments differ from a peer's fails at once with a usage Error naming both.
 //
-// Reads only, never writes: a rank that fails or is killed never had peers writing into its
-// memory, and a rank only reads a peer's buffer between the peer's "ready" and its own "done"
-// message, so nobody returns from the call while someone still reads its buffers.
+// A rank reads its peers' send buffers and writes into their receive buffers. It writes into a
+// peer only after the peer's "go" (the peer has every posting and takes part), and a rank that
+// said go returns, with or without an error, only after the "done" of every peer that said go
+// to it (or once that peer is lost, or the call's timeout passed again, which is logged): no
+// rank returns while a peer still writes into its memory. A rank that gives up before the call
+// starts (a rank lost or late) says "no-go" instead; ranks that disagree about the call all
+// fail before any word is said.
 #pragma once
 
 #include <cstddef>
@@ -20,9 +24,9 @@ namespace anview::collectives {
 using PeerMemories = std::vector<const transport::PeerMemory*>;
 
 // allreduce of `count` elements from `send` into `recv` (the same buffer, or disjoint), avg
-// already divided on return. Each rank reduces its own segment reading the others' send
-// buffers, then copies the other segments from their owners' receive buffers: every byte
-// crosses between processes twice, with no messages per chunk.
+// already divided on return. Each rank reduces its own segment a chunk at a time, reading the
+// others' send buffers, and writes each reduced chunk into every peer's receive buffer while it
+// is in cache: every byte crosses between processes twice, with no messages per chunk.
 void allreduce_direct(Call& call, const PeerMemories& peers, const void* send, void* recv,
                       std::size_t count, DataType type, ReduceOp op);
 

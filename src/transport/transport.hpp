@@ -100,9 +100,9 @@ struct TransportProbe {
 };
 
 // Direct access to a peer's memory (same host, cross-memory attach): what same-host
-// collectives use to reduce straight from their peers' buffers (reads only: a rank that fails
-// can never have had collectives writing into its memory), and what one-sided put/get use on
-// regions the peer registered for them (writes only there, after checking the registration).
+// collectives use to reduce straight from their peers' buffers and write the result into them
+// (only while the peer is inside the same call: collectives/direct.hpp), and what one-sided
+// put/get use on regions the peer registered for them (after checking the registration).
 //
 // Threading: unlike the rest of the transport, read() is called without the owner's lock, from
 // any thread, at any time while the transport exists.

@@ -27,6 +27,8 @@
 //   coll_direct  allreduce results in and out of place with the algorithms placement allows
 //                (shared and direct on one host, else recursive doubling and the ring); on one
 //                host, a rank called with another count gets a usage Error naming a peer at once
+//   coll_direct_late  a rank that gave up on a direct allreduce is not written into by a late
+//                peer, which fails at once naming it
 //
 // Every check that fails raises Failure; main prints "anview_p2p_check SCENARIO: rank R
 // FAILED: why" on stderr and exits 1. On success rank 0 prints one summary line and every
@@ -2234,6 +2236,51 @@ std::string coll_direct(Job& job) {
              "rank naming a peer, and the next allreduce worked");
 }
 
+// coll_direct_late (2 ranks, ANVIEW_TIMEOUT=2): rank 0 gives up on a direct allreduce (its
+// timeout passes) before rank 1 comes. Direct allreduce writes into the peers' receive buffers,
+// so rank 1, coming late with rank 0's posting in hand, must not write into rank 0's buffer,
+// which is rank 0's again: rank 0 said no-go. Rank 1 fails at once naming rank 0.
+std::string coll_direct_late(Job& job) {
+  require(job.size() == 2, "coll_direct_late runs on 2 ranks");
+  const std::size_t count = std::size_t{1} << 20;  // 4 MiB of float32
+  std::vector<float> data(count, 1.0f);
+  job.comm().allreduce(data.data(), count, anview::DataType::float32, anview::ReduceOp::sum);
+  const std::string algo = job.comm().collective_algorithm("allreduce", count * sizeof(float));
+  require(algo == "direct", "a 4 MiB allreduce on one host uses ", algo, ", not direct");
+  job.barrier(2);
+  if (job.rank() == 0) {
+    std::fill(data.begin(), data.end(), 7.0f);
+    try {
+      job.comm().allreduce(data.data(), count, anview::DataType::float32, anview::ReduceOp::sum);
+      require(false, "an allreduce without rank 1 succeeded");
+    } catch (const Error& e) {
+      require(e.kind() == ErrorKind::timeout, "expected a timeout, got ", describe(e));
+    }
+    job.store().set("late/go", "1");
+    job.barrier(2, "late_done");  // rank 1 came and failed
+    for (std::size_t i = 0; i < count; ++i)
+      require(data[i] == 7.0f, "rank 1 wrote into rank 0's buffer after rank 0 gave up: element ",
+              i, " is ", data[i]);
+    job.leave(2);
+    return "the late rank did not write into the buffer of the rank that gave up";
+  }
+  job.store().wait({"late/go"}, std::chrono::seconds(60));
+  std::fill(data.begin(), data.end(), 3.0f);
+  const auto t0 = Clock::now();
+  try {
+    job.comm().allreduce(data.data(), count, anview::DataType::float32, anview::ReduceOp::sum);
+    require(false, "an allreduce whose peer had given up succeeded");
+  } catch (const Error& e) {
+    require(e.context().peer == 0, "the error names peer ", e.context().peer, ": ", describe(e));
+    require(std::string(e.what()).find("gave up") != std::string::npos,
+            "the error does not say rank 0 gave up: ", describe(e));
+    require(seconds_since(t0) < 1.0, "the late rank took ", seconds_since(t0), " s to fail");
+  }
+  job.barrier(2, "late_done");
+  job.leave(2);
+  return "the late rank failed at once naming the rank that gave up";
+}
+
 // ------------------------------------------------------------------------------------------
 // slowloris: connections that never finish their handshake, on every port, in numbers
 // ------------------------------------------------------------------------------------------
@@ -2900,6 +2947,7 @@ const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"one_sided", one_sided},
     {"rma_kill", rma_kill},
     {"coll_direct", coll_direct},
+    {"coll_direct_late", coll_direct_late},
     {"coll_stall", coll_stall},
     {"dump", dump},
     {"metrics", metrics},
