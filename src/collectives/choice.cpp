@@ -18,7 +18,8 @@ const base::Setting algo_setting(
     "Forces algorithms, as collective=algorithm items separated by commas: allreduce=ring, "
     "recursive_doubling, rabenseifner, hierarchical, direct or shared; broadcast=binomial, "
     "chain or shared; allgather=ring, bruck or shared; alltoall=pairwise or bruck; "
-    "reduce=binomial or shared; barrier=dissemination or shared (default: the tuner's pick, "
+    "reduce=binomial or shared; reduce_scatter=ring or direct; barrier=dissemination or shared "
+    "(default: the tuner's pick, "
     "see anview-info --explain)");
 
 // Costs to predict with before the job has measured its own (reports only: every call that

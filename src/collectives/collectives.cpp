@@ -330,7 +330,14 @@ void Collectives::reduce_scatter(const void* send, void* recv, std::size_t count
   if (const auto why = unsupported(type, op); !why.empty()) usage(call, why);
   check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
+  check_known(call);
   const std::size_t all = block * static_cast<std::size_t>(call.size);
+  if (call.size > 1 && count > 0 &&
+      choose(call, "reduce_scatter", all, size_of(type), block) == "direct") {
+    run_guarded(call,
+                [&] { reduce_scatter_direct(call, peer_memories_, send, recv, count, type, op); });
+    return;
+  }
   std::vector<char> work(static_cast<const char*>(send), static_cast<const char*>(send) + all);
   call.record.algorithm("ring");
   if (call.size > 1)

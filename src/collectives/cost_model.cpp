@@ -99,11 +99,11 @@ std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t 
   // Publish (a copy), one flag round, then every rank reduces all p contributions itself.
   out.push_back(shared(t, bytes, c.m.flag_us + c.copy(n) + (p - 1) * c.reduce(n)));
   if (t.reads_peers) {
-    // Postings and "done" (two rounds of small messages); each rank reads p-1 segments of n/p
-    // to reduce its own, then writes its reduced segment into the p-1 peers.
+    // Postings, words and "done" (three rounds of small messages); each rank reads p-1 segments
+    // of n/p to reduce its own, then writes its reduced segment into the p-1 peers.
     const double seg = n / p;
     out.push_back(usable(
-        "direct", 2 * c.m.alpha_us + 2 * (p - 1) * seg / c.m.link_bpus + (p - 1) * c.reduce(seg)));
+        "direct", 3 * c.m.alpha_us + 2 * (p - 1) * seg / c.m.link_bpus + (p - 1) * c.reduce(seg)));
   } else {
     out.push_back(refused("direct", "needs every rank on one host with cross-memory attach"));
   }
@@ -174,16 +174,23 @@ std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes
   }
   if (collective == "barrier")
     return {shared(t, 0, c.m.flag_us), usable("dissemination", ceil_log2(p) * c.m.alpha_us)};
-  // One algorithm each so far; `bytes` is the whole buffer, n/p per rank and step.
-  if (collective == "reduce_scatter")
-    return {usable("ring", (p - 1) * (c.send(n / p) + c.reduce(n / p)))};
+  // `bytes` is the whole buffer, n/p per rank and step. Direct: postings, words and done, then
+  // each rank reads its block from the p-1 peers and reduces it.
+  if (collective == "reduce_scatter") {
+    // The ring works in a copy of the send buffer and copies this rank's block out of it.
+    return {usable("ring", c.copy(n) + (p - 1) * (c.send(n / p) + c.reduce(n / p)) + c.copy(n / p)),
+            t.reads_peers
+                ? usable("direct",
+                         3 * c.m.alpha_us + (p - 1) * (n / p / c.m.link_bpus + c.reduce(n / p)))
+                : refused("direct", "needs every rank on one host with cross-memory attach")};
+  }
   if (collective == "alltoall") {
     // Bruck: log2(p) rounds of about half the data, each packed and unpacked, plus the
     // rotations before and after.
     return {usable("pairwise", (p - 1) * c.send(n / p)),
             usable("bruck", ceil_log2(p) * (c.send(n / 2) + c.copy(n)) + 2 * c.copy(n))};
   }
-  // The root's link carries the p-1 blocks one after another.
+  // One algorithm each so far: the root's link carries the p-1 blocks one after another.
   if (collective == "gather" || collective == "scatter")
     return {usable("linear", c.m.alpha_us + (p - 1) * n / p / c.m.link_bpus)};
   return {};

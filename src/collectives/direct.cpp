@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -21,7 +22,7 @@ constexpr std::size_t read_unit_bytes = 256 * 1024;
 
 constexpr std::uint32_t posting_magic = 0x50444e41;  // "ANDP", version 1
 
-enum class Kind : std::uint32_t { allreduce = 1 };
+enum class Kind : std::uint32_t { allreduce = 1, reduce_scatter = 2 };
 
 // What a rank tells its peers at the start of a direct call (sent as raw bytes between
 // processes of the same host, built from the same binary interface).
@@ -40,7 +41,7 @@ struct Posting {
 std::string describe(const Posting& p) {
   std::string text = "count " + std::to_string(p.count) + " of " +
                      std::string(name_of(static_cast<DataType>(p.type)));
-  if (p.kind == Kind::allreduce) text += ", " + std::string(name_of(static_cast<ReduceOp>(p.op)));
+  text += ", " + std::string(name_of(static_cast<ReduceOp>(p.op)));
   if (p.root >= 0) text += ", root " + std::to_string(p.root);
   return text;
 }
@@ -194,17 +195,10 @@ std::optional<Error> finish(Call& call, const std::vector<bool>& said_go,
   return failure;
 }
 
-}  // namespace
-
-void allreduce_direct(Call& call, const PeerMemories& peers, const void* send, void* recv,
-                      std::size_t count, DataType type, ReduceOp op) {
-  const std::size_t esize = size_of(type);
-  const Posting mine{.kind = Kind::allreduce,
-                     .count = count,
-                     .type = static_cast<std::uint32_t>(type),
-                     .op = static_cast<std::uint32_t>(op),
-                     .send = reinterpret_cast<std::uintptr_t>(send),
-                     .recv = reinterpret_cast<std::uintptr_t>(recv)};
+// Runs a direct call: postings, words, `body(theirs)` (this rank's reads and writes, given every
+// rank's posting) once every peer said go, and done. Raises the call's first failure.
+template <typename Body>
+void run_direct(Call& call, const Posting& mine, Body&& body) {
   std::vector<Posting> theirs;
   try {
     theirs = exchange_postings(call, mine);
@@ -247,40 +241,96 @@ void allreduce_direct(Call& call, const PeerMemories& peers, const void* send, v
       if (error && !failure) failure = error;
     }
   }
-
-  // Reduce this rank's segment from every rank's send buffer a cache-sized chunk at a time,
-  // and write each reduced chunk into every peer's receive buffer while it is still in cache
-  // (reading it back from memory later would cost one more pass over the segment).
   if (!failure) {
     try {
-      const Segment own = segment(count, call.size, call.rank);
-      const char* in = static_cast<const char*>(send) + own.offset * esize;
-      char* out = static_cast<char*>(recv) + own.offset * esize;
-      const std::size_t per_chunk = read_unit_bytes / esize;
-      char* scratch = call.scratch_bytes(std::min(per_chunk, own.count) * esize);
-      for (std::size_t k = 0; k < own.count; k += per_chunk) {
-        const std::size_t m = std::min(per_chunk, own.count - k);
-        const std::uint64_t at = (own.offset + k) * esize;
-        const char* acc = in + k * esize;
-        for (int i = 1; i < call.size; ++i) {
-          const int p = mod(call.rank + i, call.size);
-          read_peer(call, peers, p, theirs[static_cast<std::size_t>(p)].send + at, scratch,
-                    m * esize);
-          reduce_to(out + k * esize, acc, scratch, m, type, op);
-          acc = out + k * esize;
-        }
-        if (op == ReduceOp::avg) finish_avg(out + k * esize, m, type, call.size);
-        for (int i = 1; i < call.size; ++i) {
-          const int p = mod(call.rank + i, call.size);
-          write_peer(call, peers, p, theirs[static_cast<std::size_t>(p)].recv + at, out + k * esize,
-                     m * esize);
-        }
-      }
+      body(theirs);
     } catch (const Error& e) {
       failure = e;
     }
   }
   if (auto error = finish(call, said_go, failure)) rethrow(call, *error);
+}
+
+// Reduces `count` elements at offset `at` (bytes) of every rank's send buffer into `out`, a
+// cache-sized chunk at a time (`own`: this rank's elements there); after each chunk, calls
+// `reduced(out_chunk, offset_in_bytes, elements)`.
+template <typename Reduced>
+void reduce_from_peers(Call& call, const PeerMemories& peers, const std::vector<Posting>& theirs,
+                       std::uint64_t at, const char* own, char* out, std::size_t count,
+                       DataType type, ReduceOp op, Reduced&& reduced) {
+  const std::size_t esize = size_of(type);
+  const std::size_t per_chunk = read_unit_bytes / esize;
+  char* scratch = call.scratch_bytes(std::min(per_chunk, count) * esize);
+  for (std::size_t k = 0; k < count; k += per_chunk) {
+    const std::size_t m = std::min(per_chunk, count - k);
+    const char* acc = own + k * esize;
+    for (int i = 1; i < call.size; ++i) {
+      const int p = mod(call.rank + i, call.size);
+      read_peer(call, peers, p, theirs[static_cast<std::size_t>(p)].send + at + k * esize, scratch,
+                m * esize);
+      reduce_to(out + k * esize, acc, scratch, m, type, op);
+      acc = out + k * esize;
+    }
+    if (op == ReduceOp::avg) finish_avg(out + k * esize, m, type, call.size);
+    reduced(out + k * esize, at + k * esize, m);
+  }
+}
+
+Posting posting(Kind kind, std::size_t count, DataType type, ReduceOp op, const void* send,
+                const void* recv) {
+  return Posting{.kind = kind,
+                 .count = count,
+                 .type = static_cast<std::uint32_t>(type),
+                 .op = static_cast<std::uint32_t>(op),
+                 .send = reinterpret_cast<std::uintptr_t>(send),
+                 .recv = reinterpret_cast<std::uintptr_t>(recv)};
+}
+
+}  // namespace
+
+void allreduce_direct(Call& call, const PeerMemories& peers, const void* send, void* recv,
+                      std::size_t count, DataType type, ReduceOp op) {
+  const std::size_t esize = size_of(type);
+  run_direct(call, posting(Kind::allreduce, count, type, op, send, recv),
+             [&](const std::vector<Posting>& theirs) {
+               // This rank's segment, reduced from every rank's send buffer; each reduced chunk
+               // is written into every peer's receive buffer while it is still in cache
+               // (reading it back from memory later would cost one more pass).
+               const Segment own = segment(count, call.size, call.rank);
+               reduce_from_peers(call, peers, theirs, own.offset * esize,
+                                 static_cast<const char*>(send) + own.offset * esize,
+                                 static_cast<char*>(recv) + own.offset * esize, own.count, type, op,
+                                 [&](const char* chunk, std::uint64_t at, std::size_t m) {
+                                   for (int i = 1; i < call.size; ++i) {
+                                     const int p = mod(call.rank + i, call.size);
+                                     write_peer(call, peers, p,
+                                                theirs[static_cast<std::size_t>(p)].recv + at,
+                                                chunk, m * esize);
+                                   }
+                                 });
+             });
+}
+
+void reduce_scatter_direct(Call& call, const PeerMemories& peers, const void* send, void* recv,
+                           std::size_t count, DataType type, ReduceOp op) {
+  const std::size_t esize = size_of(type);
+  const std::size_t block = count * esize;
+  const auto* in = static_cast<const char*>(send) + static_cast<std::size_t>(call.rank) * block;
+  // Peers read this rank's other blocks while it works: a receive buffer that overlaps them
+  // gets the result only at the end.
+  const auto* first = static_cast<const char*>(send);
+  const auto* out = static_cast<char*>(recv);
+  const bool overlaps =
+      out != in && out < first + block * static_cast<std::size_t>(call.size) && first < out + block;
+  std::vector<char> staging(overlaps ? block : 0);
+  char* target = overlaps ? staging.data() : static_cast<char*>(recv);
+  run_direct(call, posting(Kind::reduce_scatter, count, type, op, send, recv),
+             [&](const std::vector<Posting>& theirs) {
+               reduce_from_peers(call, peers, theirs, static_cast<std::uint64_t>(call.rank) * block,
+                                 in, target, count, type, op,
+                                 [](const char*, std::uint64_t, std::size_t) {});
+             });
+  if (overlaps && block > 0) std::memcpy(recv, staging.data(), block);
 }
 
 }  // namespace anview::collectives

@@ -30,4 +30,11 @@ using PeerMemories = std::vector<const transport::PeerMemory*>;
 void allreduce_direct(Call& call, const PeerMemories& peers, const void* send, void* recv,
                       std::size_t count, DataType type, ReduceOp op);
 
+// reduce_scatter of `count` elements per rank: block r of every rank's `send` (count * size
+// elements) reduced into rank r's `recv`, avg already divided. Each rank reads its block from
+// every peer's send buffer and reduces it a chunk at a time: every byte crosses once, nothing
+// is written into peers. `recv` may be this rank's own block of `send`.
+void reduce_scatter_direct(Call& call, const PeerMemories& peers, const void* send, void* recv,
+                           std::size_t count, DataType type, ReduceOp op);
+
 }  // namespace anview::collectives

@@ -24,9 +24,10 @@
 //   version      hellos with a foreign job id, wrong world size, ... get the right rejects
 //   idle         a rank blocked in a receive uses no CPU and wakes at once when the message comes
 //   coll_kill    rank N-1 dies during a loop of allreduces; every survivor fails fast naming it
-//   coll_direct  allreduce results in and out of place with the algorithms placement allows
-//                (shared and direct on one host, else recursive doubling and the ring); on one
-//                host, a rank called with another count gets a usage Error naming a peer at once
+//   coll_direct  allreduce and reduce_scatter results in and out of place with the algorithms
+//                placement allows (shared and direct on one host, else recursive doubling and
+//                the ring); on one host, a rank called with another count or operation gets a
+//                usage Error naming a peer at once
 //   coll_direct_late  a rank that gave up on a direct allreduce is not written into by a late
 //                peer, which fails at once naming it
 //
@@ -2160,6 +2161,42 @@ void checked_allreduce(Job& job, std::size_t count, anview::DataType type, anvie
   }
 }
 
+// Where a reduce_scatter's result goes: its own buffer, this rank's block of the send buffer,
+// or the start of the send buffer (overlapping blocks that the peers read).
+enum class Landing { apart, own_block, send_start };
+
+// One reduce_scatter of `count` elements per rank; checks this rank's block (and that the
+// send buffer is untouched where the result does not land).
+template <typename T>
+void checked_reduce_scatter(Job& job, std::size_t count, anview::DataType type, anview::ReduceOp op,
+                            Landing landing) {
+  const int me = job.rank();
+  const int n = job.size();
+  const std::size_t all = count * static_cast<std::size_t>(n);
+  std::vector<T> send(all), apart(count);
+  for (std::size_t i = 0; i < all; ++i) send[i] = to_element<T>(direct_element(me, i), type);
+  const std::vector<T> sent = send;
+  T* recv = landing == Landing::apart       ? apart.data()
+            : landing == Landing::own_block ? send.data() + static_cast<std::size_t>(me) * count
+                                            : send.data();
+  job.comm().reduce_scatter(send.data(), recv, count, type, op);
+  if (landing == Landing::apart)
+    require(send == sent, "reduce_scatter changed its send buffer (", count, " elements)");
+  const std::size_t first = static_cast<std::size_t>(me) * count;
+  for (std::size_t i = 0; i < count; ++i) {
+    double want = 0;
+    for (int r = 0; r < n; ++r) {
+      const double v = direct_element(r, first + i);
+      want = r == 0 ? v : op == anview::ReduceOp::max ? std::max(want, v) : want + v;
+    }
+    if (op == anview::ReduceOp::avg) want /= n;
+    const double value = from_element(recv[i], type);
+    require(std::abs(value - want) <= 1e-3 * std::abs(want), "reduce_scatter of ", count, " ",
+            anview::name_of(type), " ", anview::name_of(op), " landing ", static_cast<int>(landing),
+            ": element ", i, " is ", value, ", not ", want);
+  }
+}
+
 std::string coll_direct(Job& job) {
   const int n = job.size();
   const Options& o = job.options();
@@ -2200,9 +2237,24 @@ std::string coll_direct(Job& job) {
                                       in_place);
     }
   }
+  const std::string scatter =
+      job.comm().collective_algorithm("reduce_scatter", (std::size_t{1} << 20) * n);
+  if (forced.empty())
+    require((scatter == "direct") == direct_possible, "reduce_scatter of 1 MiB per rank uses ",
+            scatter, direct_possible ? " where every rank can read its peers' memory" : "");
+  for (const std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{100003}}) {
+    for (const Landing landing : {Landing::apart, Landing::own_block, Landing::send_start}) {
+      checked_reduce_scatter<float>(job, count, anview::DataType::float32, anview::ReduceOp::sum,
+                                    landing);
+      checked_reduce_scatter<std::uint16_t>(job, count, anview::DataType::float16,
+                                            anview::ReduceOp::avg, landing);
+      checked_reduce_scatter<std::int32_t>(job, count, anview::DataType::int32,
+                                           anview::ReduceOp::max, landing);
+    }
+  }
   if (!shared_possible) {
     job.leave(n);
-    return cat("allreduce used ", small, " and ", large,
+    return cat("allreduce used ", small, " and ", large, ", reduce_scatter ", scatter,
                " (ranks on several hosts or without shm); results right in and out of place");
   }
 
@@ -2230,10 +2282,30 @@ std::string coll_direct(Job& job) {
     }
     checked_allreduce<float>(job, base, anview::DataType::float32, anview::ReduceOp::sum, false);
   }
+  // The same for a direct reduce_scatter: the last rank asks for another operation.
+  if (scatter == "direct") {
+    const std::size_t count = std::size_t{1} << 18;
+    std::vector<float> data(count * static_cast<std::size_t>(n), 1.0f), out(count);
+    const auto t0 = Clock::now();
+    try {
+      job.comm().reduce_scatter(
+          data.data(), out.data(), count, anview::DataType::float32,
+          job.rank() == n - 1 ? anview::ReduceOp::max : anview::ReduceOp::sum);
+      require(false, "a reduce_scatter with mismatched operations succeeded");
+    } catch (const Error& e) {
+      require(e.kind() == ErrorKind::usage && e.context().peer >= 0 &&
+                  std::string(e.what()).find("same arguments") != std::string::npos,
+              "expected a usage Error naming a peer, got ", describe(e));
+      require(seconds_since(t0) < 2.0, "the mismatch took ", seconds_since(t0), " s to report");
+    }
+    checked_reduce_scatter<float>(job, count, anview::DataType::float32, anview::ReduceOp::sum,
+                                  Landing::apart);
+  }
   job.leave(n);
-  return cat("allreduce used ", small, " and ", large, forced.empty() ? "" : " (forced)",
+  return cat("allreduce used ", small, " and ", large, ", reduce_scatter ", scatter,
+             forced.empty() ? "" : " (forced)",
              "; results right in and out of place; count mismatches failed at once on every ",
-             "rank naming a peer, and the next allreduce worked");
+             "rank naming a peer, and the next call worked");
 }
 
 // coll_direct_late (2 ranks, ANVIEW_TIMEOUT=2): rank 0 gives up on a direct allreduce (its

@@ -68,6 +68,15 @@ TEST(CostModel, OneHostAllreducePicksSharedWhenSmallAndDirectWhenLarge) {
   EXPECT_EQ(pick("allreduce", 16 << 20, one_host(4), shm_model()), "direct");
 }
 
+TEST(CostModel, ReduceScatterReadsPeersOnOneHostAndRingsAcrossHosts) {
+  EXPECT_EQ(pick("reduce_scatter", 16 << 20, one_host(2), shm_model()), "direct");
+  EXPECT_EQ(pick("reduce_scatter", 16 << 20, one_host(4), shm_model()), "direct");
+  EXPECT_EQ(pick("reduce_scatter", 16 << 20, hosts(4), tcp_model()), "ring");
+  const auto list = candidates("reduce_scatter", 1 << 20, hosts(4), tcp_model());
+  EXPECT_FALSE(find(list, "direct").usable);
+  EXPECT_NE(find(list, "direct").why_not.find("cross-memory attach"), std::string::npos);
+}
+
 TEST(CostModel, SameHostAlgorithmsAreRefusedWithTheReasonAcrossHosts) {
   const auto list = candidates("allreduce", 8, hosts(4), tcp_model());
   EXPECT_FALSE(find(list, "shared").usable);
