@@ -186,6 +186,12 @@ bool Collectives::placement_allows(int bit) const {
   return ((agreed >= 0 ? agreed : local_placement()) & bit) != 0;
 }
 
+char* Collectives::work_copy(const void* from, std::size_t bytes) {
+  if (work_.size() < bytes) work_.resize(bytes);
+  if (bytes > 0) std::memcpy(work_.data(), from, bytes);
+  return work_.data();
+}
+
 void Collectives::allreduce(const void* send, void* recv, std::size_t count, DataType type,
                             ReduceOp op) {
   Call call = begin("allreduce", record_bytes(count, type));
@@ -266,11 +272,9 @@ void Collectives::reduce(const void* send, void* recv, std::size_t count, DataTy
     return;
   }
   // The tree reduces in place: the root works in its receive buffer, the others in a copy.
-  std::vector<char> scratch;
   void* work = recv;
   if (call.rank != root) {
-    scratch.assign(static_cast<const char*>(send), static_cast<const char*>(send) + bytes);
-    work = scratch.data();
+    work = work_copy(send, bytes);
   } else if (send != recv && bytes > 0) {
     std::memcpy(recv, send, bytes);
   }
@@ -338,12 +342,10 @@ void Collectives::reduce_scatter(const void* send, void* recv, std::size_t count
                 [&] { reduce_scatter_direct(call, peer_memories_, send, recv, count, type, op); });
     return;
   }
-  std::vector<char> work(static_cast<const char*>(send), static_cast<const char*>(send) + all);
+  char* work = work_copy(send, all);
   call.record.algorithm("ring");
-  if (call.size > 1)
-    run_guarded(call, [&] { reduce_scatter_ring(call, work.data(), count, type, op); });
-  if (block > 0)
-    std::memcpy(recv, work.data() + static_cast<std::size_t>(call.rank) * block, block);
+  if (call.size > 1) run_guarded(call, [&] { reduce_scatter_ring(call, work, count, type, op); });
+  if (block > 0) std::memcpy(recv, work + static_cast<std::size_t>(call.rank) * block, block);
   if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
 }
 

@@ -169,6 +169,11 @@ class Collectives {
   std::size_t next_decision_ = 0;        // the one to replace next
   std::vector<p2p::RequestPtr> posted_;  // the current call's requests
   std::vector<char> scratch_;            // the current call's incoming data
+  // A copy of the current call's input, for algorithms that work on it in place (kept: a
+  // fresh allocation of 32 MiB or more is a fresh mapping whose page faults cost more than the
+  // collective itself).
+  std::vector<char> work_;
+  char* work_copy(const void* from, std::size_t bytes);
 };
 
 }  // namespace anview::collectives
