@@ -160,7 +160,7 @@ std::optional<Error> await_peer(Call& call, const RequestPtr& r, std::size_t byt
                                " within " + std::to_string(call.timeout.count()) +
                                " ms: " + call.messenger.describe_request(*r)});
       }
-      stall.check(p, [&] { return call.messenger.describe_request(*r); });
+      stall.check(call.world(p), [&] { return call.messenger.describe_request(*r); });
     }
   }
 }

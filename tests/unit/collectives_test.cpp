@@ -100,6 +100,42 @@ TEST(Collectives, AllreduceSumEveryRankCountRabenseifner) {
   check_allreduce_sum_forced("rabenseifner");
 }
 
+// Ranks that are threads of one process reach each other over shm, and cross-memory attach
+// works within the process: the direct algorithms run here too (and under TSan).
+TEST(Collectives, AllreduceSumEveryRankCountDirect) {
+  check_allreduce_sum_forced("direct");
+}
+
+TEST(Collectives, ReduceScatterDirectEveryRankCountInAndOutOfPlace) {
+  ScopedEnv forced("ANVIEW_ALGO", "reduce_scatter=direct");
+  for (int n : rank_counts) {
+    SCOPED_TRACE(n);
+    run_ranks(n, [&](Communicator& comm) {
+      const int me = comm.rank();
+      for (std::size_t count : counts) {
+        const std::size_t total = count * static_cast<std::size_t>(n);
+        std::vector<float> blocks(total), reduced(count, -1);
+        for (std::size_t i = 0; i < total; ++i) blocks[i] = static_cast<float>(contribution(me, i));
+        comm.reduce_scatter(blocks.data(), reduced.data(), count, DataType::float32, ReduceOp::sum);
+        const std::int64_t ranks_sum = n * (n + 1) / 2;
+        const std::size_t first = static_cast<std::size_t>(me) * count;
+        for (std::size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(reduced[i],
+                    static_cast<float>(ranks_sum * static_cast<std::int64_t>((first + i) % 7 + 1)))
+              << "count " << count << " index " << i;
+        }
+        // In place: the result lands on this rank's own block of the send buffer.
+        comm.reduce_scatter(blocks.data(), blocks.data() + first, count, DataType::float32,
+                            ReduceOp::max);
+        for (std::size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(blocks[first + i], static_cast<float>(contribution(n - 1, first + i)))
+              << "count " << count << " index " << i;
+        }
+      }
+    });
+  }
+}
+
 // int32 max and float64 avg in place, and a float32 sum whose rounding depends on the order
 // of the additions: every rank must end with the same bits (each segment reduced by one owner).
 TEST(Collectives, AllreduceRabenseifnerMaxAvgAndTheSameBitsOnEveryRank) {
