@@ -45,6 +45,12 @@ Candidate shared(const Topology& t, std::size_t payload, double us) {
   return usable("shared", us);
 }
 
+// A same-host algorithm reading (and writing) the peers' buffers, or why it cannot run here.
+Candidate direct(const Topology& t, double us) {
+  return t.reads_peers ? usable("direct", us)
+                       : refused("direct", "needs every rank on one host with cross-memory attach");
+}
+
 // Ranks that are not a power of two: the first 2 * extra ranks fold into their partners first
 // and get the result back last (MPICH's scheme), one full message each way.
 double fold_cost(const Terms& c, int p, double n) {
@@ -98,15 +104,11 @@ std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t 
   std::vector<Candidate> out;
   // Publish (a copy), one flag round, then every rank reduces all p contributions itself.
   out.push_back(shared(t, bytes, c.m.flag_us + c.copy(n) + (p - 1) * c.reduce(n)));
-  if (t.reads_peers) {
-    // Postings, words and "done" (three rounds of small messages); each rank reads p-1 segments
-    // of n/p to reduce its own, then writes its reduced segment into the p-1 peers.
-    const double seg = n / p;
-    out.push_back(usable(
-        "direct", 3 * c.m.alpha_us + 2 * (p - 1) * seg / c.m.link_bpus + (p - 1) * c.reduce(seg)));
-  } else {
-    out.push_back(refused("direct", "needs every rank on one host with cross-memory attach"));
-  }
+  // Postings, words and "done" (three rounds of small messages); each rank reads p-1 segments
+  // of n/p to reduce its own, then writes its reduced segment into the p-1 peers.
+  const double seg = n / p;
+  out.push_back(
+      direct(t, 3 * c.m.alpha_us + 2 * (p - 1) * seg / c.m.link_bpus + (p - 1) * c.reduce(seg)));
   out.push_back(usable("recursive_doubling",
                        input_copy + rounds * (c.send(n) + c.reduce(n)) + fold_cost(c, p, n)));
   const double share = static_cast<double>(pof2 - 1) / pof2;
@@ -119,7 +121,6 @@ std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t 
   } else {
     // Reduce-scatter steps send their segment in chunks (one alpha each, overlapped with the
     // reduction of the previous chunk); allgather steps send one message each.
-    const double seg = n / p;
     const double chunks = std::max(
         1.0, std::ceil(seg / static_cast<double>(std::max<std::size_t>(t.chunk_bytes, 1))));
     const double ring_share = static_cast<double>(p - 1) / p;
@@ -179,10 +180,7 @@ std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes
   if (collective == "reduce_scatter") {
     // The ring works in a copy of the send buffer and copies this rank's block out of it.
     return {usable("ring", c.copy(n) + (p - 1) * (c.send(n / p) + c.reduce(n / p)) + c.copy(n / p)),
-            t.reads_peers
-                ? usable("direct",
-                         3 * c.m.alpha_us + (p - 1) * (n / p / c.m.link_bpus + c.reduce(n / p)))
-                : refused("direct", "needs every rank on one host with cross-memory attach")};
+            direct(t, 3 * c.m.alpha_us + (p - 1) * (n / p / c.m.link_bpus + c.reduce(n / p)))};
   }
   if (collective == "alltoall") {
     // Bruck: log2(p) rounds of about half the data, each packed and unpacked, plus the

@@ -93,22 +93,12 @@ std::vector<Posting> exchange_postings(Call& call, const Posting& mine) {
   return theirs;
 }
 
-// Reads from or writes into a peer's memory; a peer that offered memory we cannot reach has its
-// link closed.
-void read_peer(Call& call, const PeerMemories& peers, int p, std::uint64_t remote, void* local,
-               std::size_t bytes) {
+// Runs `access`, a read from or a write into peer p's memory; a peer that offered memory we
+// cannot reach has its link closed.
+template <typename Access>
+void reach_peer(Call& call, int p, Access&& access) {
   try {
-    peers[static_cast<std::size_t>(p)]->read(remote, local, bytes, call.operation());
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::protocol) call.messenger.fail_peer(p, e);
-    throw;
-  }
-}
-
-void write_peer(Call& call, const PeerMemories& peers, int p, std::uint64_t remote,
-                const void* local, std::size_t bytes) {
-  try {
-    peers[static_cast<std::size_t>(p)]->write(remote, local, bytes, call.operation());
+    access();
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::protocol) call.messenger.fail_peer(p, e);
     throw;
@@ -125,14 +115,16 @@ enum class Word : std::uint8_t { go = 'G', no_go = 'N' };
 constexpr Word go_word = Word::go;
 constexpr Word no_go_word = Word::no_go;
 
-void tell_all(Call& call, const void* data, std::size_t bytes) {
-  for (int i = 1; i < call.size; ++i) {
-    try {
-      call.messenger.isend(data, bytes, call.world(mod(call.rank + i, call.size)), call.tag, true);
-    } catch (const Error&) {
-      // Only for arguments that cannot be wrong here; the peer's failure reaches its receive.
-    }
+void tell(Call& call, int p, const void* data, std::size_t bytes) {
+  try {
+    call.messenger.isend(data, bytes, call.world(p), call.tag, true);
+  } catch (const Error&) {
+    // Only for arguments that cannot be wrong here; the peer's failure reaches its receive.
   }
+}
+
+void tell_all(Call& call, const void* data, std::size_t bytes) {
+  for (int i = 1; i < call.size; ++i) tell(call, mod(call.rank + i, call.size), data, bytes);
 }
 
 // Waits for a peer's message of `bytes` until it arrives, the peer is lost, or `deadline`:
@@ -174,11 +166,7 @@ std::optional<Error> finish(Call& call, const std::vector<bool>& said_go,
   for (int p = 0; p < call.size; ++p) {
     if (!said_go[static_cast<std::size_t>(p)]) continue;
     dones[static_cast<std::size_t>(p)] = post_recv(call, nullptr, 0, p);
-    try {
-      call.messenger.isend(nullptr, 0, call.world(p), call.tag, true);
-    } catch (const Error&) {
-      // As in tell_all().
-    }
+    tell(call, p, nullptr, 0);
   }
   const auto start = base::Clock::now();
   StallClock stall(call, start);
@@ -266,8 +254,11 @@ void reduce_from_peers(Call& call, const PeerMemories& peers, const std::vector<
     const char* acc = own + k * esize;
     for (int i = 1; i < call.size; ++i) {
       const int p = mod(call.rank + i, call.size);
-      read_peer(call, peers, p, theirs[static_cast<std::size_t>(p)].send + at + k * esize, scratch,
-                m * esize);
+      reach_peer(call, p, [&] {
+        peers[static_cast<std::size_t>(p)]->read(
+            theirs[static_cast<std::size_t>(p)].send + at + k * esize, scratch, m * esize,
+            call.operation());
+      });
       reduce_to(out + k * esize, acc, scratch, m, type, op);
       acc = out + k * esize;
     }
@@ -303,9 +294,11 @@ void allreduce_direct(Call& call, const PeerMemories& peers, const void* send, v
                                  [&](const char* chunk, std::uint64_t at, std::size_t m) {
                                    for (int i = 1; i < call.size; ++i) {
                                      const int p = mod(call.rank + i, call.size);
-                                     write_peer(call, peers, p,
-                                                theirs[static_cast<std::size_t>(p)].recv + at,
-                                                chunk, m * esize);
+                                     reach_peer(call, p, [&] {
+                                       peers[static_cast<std::size_t>(p)]->write(
+                                           theirs[static_cast<std::size_t>(p)].recv + at, chunk,
+                                           m * esize, call.operation());
+                                     });
                                    }
                                  });
              });

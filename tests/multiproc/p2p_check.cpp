@@ -2109,6 +2109,16 @@ double direct_element(int rank, std::size_t i) {
   return static_cast<double>((rank + 1) * static_cast<int>(i % 7 + 1));
 }
 
+// Element i reduced over n ranks with `op` (sum, max or avg).
+double direct_result(int n, std::size_t i, anview::ReduceOp op) {
+  double want = 0;
+  for (int r = 0; r < n; ++r) {
+    const double v = direct_element(r, i);
+    want = r == 0 ? v : op == anview::ReduceOp::max ? std::max(want, v) : want + v;
+  }
+  return op == anview::ReduceOp::avg ? want / n : want;
+}
+
 template <typename T>
 T to_element(double v, anview::DataType type) {
   if constexpr (std::is_same_v<T, std::uint16_t>) {
@@ -2148,12 +2158,7 @@ void checked_allreduce(Job& job, std::size_t count, anview::DataType type, anvie
   }
   const std::vector<T>& got = in_place ? send : recv;
   for (std::size_t i = 0; i < count; ++i) {
-    double want = 0;
-    for (int r = 0; r < n; ++r) {
-      const double v = direct_element(r, i);
-      want = r == 0 ? v : op == anview::ReduceOp::max ? std::max(want, v) : want + v;
-    }
-    if (op == anview::ReduceOp::avg) want /= n;
+    const double want = direct_result(n, i, op);
     const double value = from_element(got[i], type);
     require(std::abs(value - want) <= 1e-3 * std::abs(want), "allreduce of ", count, " ",
             anview::name_of(type), " ", anview::name_of(op), in_place ? " in place" : "",
@@ -2184,12 +2189,7 @@ void checked_reduce_scatter(Job& job, std::size_t count, anview::DataType type, 
     require(send == sent, "reduce_scatter changed its send buffer (", count, " elements)");
   const std::size_t first = static_cast<std::size_t>(me) * count;
   for (std::size_t i = 0; i < count; ++i) {
-    double want = 0;
-    for (int r = 0; r < n; ++r) {
-      const double v = direct_element(r, first + i);
-      want = r == 0 ? v : op == anview::ReduceOp::max ? std::max(want, v) : want + v;
-    }
-    if (op == anview::ReduceOp::avg) want /= n;
+    const double want = direct_result(n, first + i, op);
     const double value = from_element(recv[i], type);
     require(std::abs(value - want) <= 1e-3 * std::abs(want), "reduce_scatter of ", count, " ",
             anview::name_of(type), " ", anview::name_of(op), " landing ", static_cast<int>(landing),

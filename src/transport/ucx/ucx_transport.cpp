@@ -117,7 +117,7 @@ UcxTransport::~UcxTransport() {
   if (!worker_->valid()) return;
   if (unusable_.empty()) context_.engine->remove_fd(worker_->event_fd());
   closing_ = true;
-  const Error closed = communicator_closed();
+  const Error closed = closing_error();
   for (auto& link : peers_) {
     if (!link.conn) continue;
     link.conn->abandon();
@@ -384,7 +384,7 @@ Error UcxTransport::closed_communicator(int peer) const {
   return Error(ErrorKind::peer_lost, std::move(ctx));
 }
 
-Error UcxTransport::communicator_closed() const {
+Error UcxTransport::closing_error() const {
   return Error(ErrorKind::link,
                {.rank = context_.rank, .operation = "send", .cause = "communicator closed"});
 }
@@ -515,7 +515,7 @@ void UcxTransport::shutdown(base::Deadline deadline) {
       ucp_request_cancel(worker_->get(), flush);
     ucp_request_free(flush);
   }
-  const Error closed = communicator_closed();
+  const Error closed = closing_error();
   for (auto& l : peers_) {
     if (!l.conn) continue;
     l.conn->close(closed);

@@ -85,7 +85,7 @@ class UcxTransport final : public Transport, private base::FdHandler {
   void on_peer_process_exit(int peer);
   void setup_error(int peer, const std::string& cause);
   Error closed_communicator(int peer) const;  // the peer said goodbye
-  Error communicator_closed() const;          // we are closing
+  Error closing_error() const;                // we are closing
   void reap_close_requests();
   void protocol_error(int peer, const std::string& cause);
   void progress_for(base::Deadline deadline, const std::function<bool()>& done);
