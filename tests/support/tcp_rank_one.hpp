@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,7 +62,11 @@ class TcpRankOne {
       const linger reset{.l_onoff = 1, .l_linger = 0};
       if (reset_on_close) ::setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
       if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) == 0) return fd;
-      if (errno != EADDRNOTAVAIL || attempt == 200) return base::Fd();
+      if (errno != EADDRNOTAVAIL || attempt == 200) {
+        std::fprintf(stderr, "TcpRankOne: connect to 127.0.0.1:%u failed: %s\n", port_,
+                     std::strerror(errno));
+        return base::Fd();
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
