@@ -20,9 +20,9 @@ from bench_p2p import fmt, med
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = {
     "allreduce": ["shared", "direct", "recursive_doubling", "rabenseifner", "hierarchical", "ring"],
-    "broadcast": ["shared", "binomial", "chain"],
-    "allgather": ["shared", "ring", "bruck"],
-    "reduce": ["shared", "binomial"],
+    "broadcast": ["shared", "binomial", "chain", "hierarchical"],
+    "allgather": ["shared", "ring", "bruck", "hierarchical"],
+    "reduce": ["shared", "binomial", "hierarchical"],
     "alltoall": ["pairwise", "bruck"],
 }
 SHARED_LIMIT = 64 * 1024  # a shared slot's payload
@@ -36,11 +36,10 @@ def perf(a, algo, max_bytes):
     perf_cmd = [f"{a.build}/bin/anview-perf", a.op, "-b", "8", "-e", str(max_bytes), "-f", "8", "--json"]
     if algo:
         perf_cmd += ["-a", algo]
+    cmd = [f"{a.build}/bin/anview-run", "-n", str(a.ranks), "--timeout", "300"]
     if a.hosts > 1:  # consecutive ranks share an emulated host (ANVIEW_HOST_ID)
-        script = (f'ANVIEW_HOST_ID=emulated-$((ANVIEW_RANK * {a.hosts} / {a.ranks})) '
-                  'exec "$@"')
-        perf_cmd = ["sh", "-c", script, "sh"] + perf_cmd
-    cmd = [f"{a.build}/bin/anview-run", "-n", str(a.ranks), "--timeout", "300"] + perf_cmd
+        cmd += ["--emulate-hosts", str(a.hosts)]
+    cmd += perf_cmd
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if run.returncode != 0:
         return None
@@ -73,7 +72,7 @@ def main():
         for size, (us, algo) in auto.items():
             times = {al: t[size][0] for al, t in forced.items() if size in t}
             best = min(times, key=times.get)
-            row[size] = (us, algo, times[best], best)
+            row[size] = (us, algo, times[best], best, times)
         reps.append(row)
     where = f" on {a.hosts} emulated hosts (tcp between them)" if a.hosts > 1 else ""
     print(f"{a.op}, {a.ranks} ranks{where} over {a.transports}, float32 sum; {a.reps} repetitions; "
@@ -86,6 +85,16 @@ def main():
         bests = sorted({r[3] for r in rows})
         print(f"| {size} | {'/'.join(picks)} | {fmt(med([r[0] for r in rows]))} | {'/'.join(bests)} | "
               f"{fmt(med([r[2] for r in rows]))} | {fmt(med([r[0] / r[2] for r in rows]))}x |")
+    algos = [al for al in ALGOS[a.op] if any(al in r[size][4] for r in reps for size in r)]
+    print("\nEvery forced algorithm, median us:\n")
+    print("| size | " + " | ".join(algos) + " |")
+    print("|---" * (len(algos) + 1) + "|")
+    for size in sorted(reps[0]):
+        cells = []
+        for al in algos:
+            ts = [r[size][4][al] for r in reps if size in r and al in r[size][4]]
+            cells.append(fmt(med(ts)) if ts else "-")
+        print(f"| {size} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

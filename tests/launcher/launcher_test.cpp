@@ -182,6 +182,19 @@ TEST(Launcher, EveryRankGetsItsOwnEnvironment) {
   EXPECT_EQ(roots.size(), 1u) << "all ranks must share one root";
 }
 
+TEST(Launcher, EmulatedHostsSplitTheRanksIntoConsecutiveGroups) {
+  const auto r =
+      run({"-n", "5", "--emulate-hosts", "2", "/bin/sh", "-c",
+           "echo $ANVIEW_RANK $ANVIEW_HOST_ID $ANVIEW_LOCAL_RANK/$ANVIEW_LOCAL_WORLD_SIZE"},
+          {{"ANVIEW_HOST_ID", "stale"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto lines = lines_of(r.out);
+  EXPECT_EQ(std::set<std::string>(lines.begin(), lines.end()),
+            (std::set<std::string>{"0 emulated-host-0 0/3", "1 emulated-host-0 1/3",
+                                   "2 emulated-host-0 2/3", "3 emulated-host-1 0/2",
+                                   "4 emulated-host-1 1/2"}));
+}
+
 TEST(Launcher, NpIsAnAliasOfN) {
   const auto r = run({"-np", "2", "/bin/sh", "-c", "echo $ANVIEW_RANK/$ANVIEW_WORLD_SIZE"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -310,6 +323,8 @@ TEST(Launcher, BadCommandLinesAreUsageErrors) {
            {"-n", "2"},                     // no PROGRAM
            {"-n", "2", "--bogus", "true"},  // unknown option
            {"-n", "2", "--timeout", "soon", "true"},
+           {"-n", "2", "--emulate-hosts", "3", "true"},  // more hosts than ranks
+           {"-n", "2", "--emulate-hosts", "-1", "true"},
        }) {
     const auto r = run(args);
     EXPECT_EQ(r.exit_code, 2) << args[0] << " ... " << args.back() << ": " << r.err;

@@ -4,7 +4,9 @@
 //
 // Each rank runs in its own process group with stdin from /dev/null and this environment:
 //   ANVIEW_RANK, ANVIEW_WORLD_SIZE, ANVIEW_LOCAL_RANK, ANVIEW_LOCAL_WORLD_SIZE (= world size),
-//   ANVIEW_ROOT = 127.0.0.1:<a port that was free at launch>, where rank 0 serves the store.
+//   ANVIEW_ROOT = 127.0.0.1:<a port that was free at launch>, where rank 0 serves the store;
+//   with emulate_hosts K, also ANVIEW_HOST_ID = emulated-host-<h> for rank r in group
+//   h = r * K / N, and the local rank and size within that group.
 //
 // Stopping a rank means signalling its whole process group (SIGTERM, or the signal the
 // launcher received), then SIGKILL `kill_after` later if anything in the group is still alive.
@@ -23,6 +25,9 @@ struct LaunchOptions {
   int world_size = 1;
   std::vector<std::string> command;  // PROGRAM (looked up on PATH) and its arguments
   bool tag_output = false;           // prefix every output line with "[rank] "
+  // Split the ranks into this many consecutive groups that act as hosts of their own
+  // (ANVIEW_HOST_ID, ANVIEW_LOCAL_RANK and ANVIEW_LOCAL_WORLD_SIZE per group); 0: one host.
+  int emulate_hosts = 0;
   std::optional<std::chrono::milliseconds> timeout;  // stop the whole job after this long
   std::chrono::milliseconds grace{5000};       // after a failure, before the others are stopped
   std::chrono::milliseconds kill_after{2000};  // from SIGTERM to SIGKILL

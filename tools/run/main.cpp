@@ -67,6 +67,11 @@ int main(int argc, char** argv) {
                  "they get SIGTERM (and SIGKILL 2 s later)")
       ->type_name("SEC")
       ->capture_default_str();
+  app.add_option("--emulate-hosts", options.emulate_hosts,
+                 "Split the ranks into K consecutive groups that act as separate hosts "
+                 "(ANVIEW_HOST_ID per group): shared memory inside a group, the network "
+                 "transports and hierarchical collectives between them")
+      ->type_name("K");
   app.add_flag("--tag-output", options.tag_output,
                "Prefix each line of output with \"[rank] \" (stdout and stderr kept apart)");
 
@@ -77,6 +82,12 @@ int main(int argc, char** argv) {
     if (options.world_size < 1) {
       throw CLI::ValidationError("-n", "the number of ranks must be at least 1, not " +
                                            std::to_string(options.world_size));
+    }
+    if (options.emulate_hosts < 0 || options.emulate_hosts > options.world_size) {
+      throw CLI::ValidationError("--emulate-hosts", "must be between 1 and the number of ranks (" +
+                                                        std::to_string(options.world_size) +
+                                                        "), not " +
+                                                        std::to_string(options.emulate_hosts));
     }
     options.command = app.remaining();
     if (!options.command.empty() && options.command.front() == "--") {
