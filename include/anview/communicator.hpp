@@ -43,6 +43,10 @@ struct CommunicatorOptions {
   // metrics endpoint's port. False for connections a process makes besides its own rank's
   // (RPC and pub/sub connections are two-rank communicators of their own).
   bool names_process = true;
+  // This rank's host: ranks with equal ids share a host (shared memory between them,
+  // hierarchical collectives across hosts). Empty: ANVIEW_HOST_ID, else the machine's
+  // hostname and boot id. Tests set it to emulate several hosts in one process.
+  std::string host_id;
 };
 
 class Communicator {

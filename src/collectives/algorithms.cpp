@@ -188,7 +188,9 @@ void gather_linear(Call& call, const void* send_data, std::size_t send_bytes, vo
     if (p == root) continue;
     recvs.emplace_back(post_recv(call, rblocks.at(recv_data, p), rblocks.size(p), p), p);
   }
-  if (send_bytes > 0) std::memcpy(rblocks.at(recv_data, root), send_data, send_bytes);
+  // In place when the root's block is its send buffer (hierarchical allgather).
+  if (send_bytes > 0 && rblocks.at(recv_data, root) != send_data)
+    std::memcpy(rblocks.at(recv_data, root), send_data, send_bytes);
   for (auto& [r, p] : recvs) {
     wait(call, r);
     check_size(call, r, rblocks.size(p), p);

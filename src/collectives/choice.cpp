@@ -17,8 +17,9 @@ const base::Setting algo_setting(
     "collectives", "ANVIEW_ALGO", "",
     "Forces algorithms, as collective=algorithm items separated by commas: allreduce=ring, "
     "recursive_doubling, rabenseifner, hierarchical, direct or shared; broadcast=binomial, "
-    "chain or shared; allgather=ring, bruck or shared; alltoall=pairwise or bruck; "
-    "reduce=binomial or shared; reduce_scatter=ring or direct; barrier=dissemination or shared "
+    "chain, hierarchical or shared; allgather=ring, bruck, hierarchical or shared; "
+    "alltoall=pairwise or bruck; reduce=binomial, hierarchical or shared; reduce_scatter=ring "
+    "or direct; barrier=dissemination or shared "
     "(default: the tuner's pick, "
     "see anview-info --explain)");
 
@@ -159,8 +160,12 @@ const std::string& Collectives::choose(const Call& call, std::string_view collec
   return d.algorithm;
 }
 
-std::string Collectives::leaders_algorithm(std::size_t bytes, std::size_t element_bytes) const {
-  return leaders_allreduce(topology(element_bytes, true), current_model(), bytes).algorithm;
+std::string Collectives::step_algorithm(std::string_view collective, std::size_t bytes,
+                                        std::size_t element_bytes, bool inside_host) const {
+  const Topology t = topology(element_bytes, true);
+  return flat_step(collective, t, current_model(), bytes, inside_host ? t.largest_host : t.hosts,
+                   inside_host)
+      .algorithm;
 }
 
 std::string Collectives::pick(std::string_view collective, std::size_t bytes,

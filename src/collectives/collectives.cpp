@@ -214,7 +214,7 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
   }
   if (algo == "hierarchical") {
     if (send != recv) std::memcpy(recv, send, bytes);
-    const std::string among = leaders_algorithm(bytes, size_of(type));
+    const std::string among = step_algorithm("allreduce", bytes, size_of(type), false);
     run_guarded(call, [&] { allreduce_hierarchical(call, layout_, among, recv, count, type, op); });
     if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
     return;
@@ -250,7 +250,11 @@ void Collectives::broadcast(void* data, std::size_t count, DataType type, int ro
     run_guarded(call, [&] { broadcast_shared(call, shared_areas_, seq, data, bytes, root); });
     return;
   }
-  if (algo == "chain")
+  if (algo == "hierarchical") {
+    const BroadcastSteps steps{.between = step_algorithm("broadcast", bytes, size_of(type), false),
+                               .within = step_algorithm("broadcast", bytes, size_of(type), true)};
+    run_guarded(call, [&] { broadcast_hierarchical(call, layout_, steps, data, bytes, root); });
+  } else if (algo == "chain")
     run_guarded(call, [&] { broadcast_chain(call, data, bytes, root); });
   else
     run_guarded(call, [&] { broadcast_binomial(call, data, bytes, root); });
@@ -265,7 +269,9 @@ void Collectives::reduce(const void* send, void* recv, std::size_t count, DataTy
   check_buffer(call, send, bytes, "send");
   if (call.rank == root) check_buffer(call, recv, bytes, "receive");
   check_known(call);
-  if (call.size > 1 && choose(call, "reduce", bytes, size_of(type), bytes) == "shared") {
+  const std::string algo =
+      call.size > 1 ? choose(call, "reduce", bytes, size_of(type), bytes) : std::string("binomial");
+  if (algo == "shared") {
     const std::uint64_t seq = ++shared_calls_;
     run_guarded(
         call, [&] { reduce_shared(call, shared_areas_, seq, send, recv, count, type, op, root); });
@@ -278,8 +284,13 @@ void Collectives::reduce(const void* send, void* recv, std::size_t count, DataTy
   } else if (send != recv && bytes > 0) {
     std::memcpy(recv, send, bytes);
   }
-  call.record.algorithm("binomial");
-  if (call.size > 1) run_guarded(call, [&] { reduce_binomial(call, work, count, type, op, root); });
+  if (algo == "hierarchical") {
+    run_guarded(call, [&] { reduce_hierarchical(call, layout_, work, count, type, op, root); });
+  } else {
+    call.record.algorithm("binomial");
+    if (call.size > 1)
+      run_guarded(call, [&] { reduce_binomial(call, work, count, type, op, root); });
+  }
   if (call.rank == root && op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
 }
 
@@ -301,7 +312,11 @@ void Collectives::allgather(const void* send, void* recv, std::size_t count, Dat
   char* mine = static_cast<char*>(recv) + static_cast<std::size_t>(call.rank) * block;
   if (send != mine && block > 0) std::memcpy(mine, send, block);
   if (call.size == 1) return;
-  if (algo == "bruck")
+  if (algo == "hierarchical") {
+    const std::string within = step_algorithm(
+        "broadcast", block * static_cast<std::size_t>(call.size), size_of(type), true);
+    run_guarded(call, [&] { allgather_hierarchical(call, layout_, within, recv, block); });
+  } else if (algo == "bruck")
     run_guarded(call, [&] { allgather_bruck(call, recv, block); });
   else
     run_guarded(call, [&] { allgather_ring(call, recv, Blocks::uniform(call.size, block)); });

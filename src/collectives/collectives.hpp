@@ -106,8 +106,10 @@ class Collectives {
   // call of choose().
   const std::string& choose(const Call& call, std::string_view collective, std::size_t bytes,
                             std::size_t element_bytes, std::size_t per_rank, bool in_place = false);
-  // The flat allreduce the hosts' leaders run inside a hierarchical one.
-  std::string leaders_algorithm(std::size_t bytes, std::size_t element_bytes) const;
+  // The flat algorithm of `collective` that a step of a hierarchical one runs: among the
+  // hosts' leaders, or inside each host (the same for every rank: agreed topology and model).
+  std::string step_algorithm(std::string_view collective, std::size_t bytes,
+                             std::size_t element_bytes, bool inside_host) const;
   // The pick with the costs as they are (no measuring), and why.
   std::string pick(std::string_view collective, std::size_t bytes, std::size_t element_bytes,
                    bool in_place, std::string* why) const;

@@ -57,39 +57,59 @@ double fold_cost(const Terms& c, int p, double n) {
   return p == floor_pow2(p) ? 0 : 2 * c.send(n) + c.reduce(n);
 }
 
-std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t bytes);
+// The model of the links inside a host, where it was measured apart.
+CostModel within_host(CostModel m) {
+  if (m.local_alpha_us > 0) m.alpha_us = m.local_alpha_us;
+  if (m.local_link_bpus > 0) m.link_bpus = m.local_link_bpus;
+  return m;
+}
 
 }  // namespace
 
-Candidate leaders_allreduce(const Topology& t, const CostModel& model, std::size_t bytes) {
-  Topology leaders = t;
-  leaders.ranks = t.hosts;
-  leaders.hosts = 1;
-  leaders.largest_host = 1;
-  leaders.shares_memory = leaders.reads_peers = false;
-  leaders.in_place = true;
-  const auto among = allreduce(leaders, Terms{model}, bytes);
-  const int best = cheapest(among);
-  return best < 0 ? Candidate{"recursive_doubling", true, 0, {}}
-                  : among[static_cast<std::size_t>(best)];
+Candidate flat_step(std::string_view collective, const Topology& t, const CostModel& model,
+                    std::size_t bytes, int ranks, bool inside_host) {
+  Topology flat = t;
+  flat.ranks = ranks;
+  flat.hosts = 1;
+  flat.largest_host = 1;
+  flat.shares_memory = flat.reads_peers = false;
+  flat.in_place = true;
+  const auto list = candidates(collective, bytes, flat, inside_host ? within_host(model) : model);
+  const int best = cheapest(list);
+  if (best >= 0) return list[static_cast<std::size_t>(best)];
+  return {collective == "allreduce" ? "recursive_doubling" : "binomial", true, 0, {}};
 }
 
 namespace {
 
+// Why the hierarchical form of a collective cannot run on `t`, or empty.
+std::string hierarchical_refusal(const Topology& t) {
+  if (t.hosts <= 1) return "needs ranks on several hosts";
+  if (t.largest_host <= 1) return "one rank per host: the flat algorithms do the same";
+  return {};
+}
+
+// The steps of a hierarchical collective: its flat form among one rank per host (over the
+// network) and inside the most crowded host (over its own links), each the best of its
+// candidates; `extra` adds what the collective does besides (its own steps, copies).
+Candidate hierarchical(std::string_view collective, const Topology& t, const CostModel& m,
+                       std::size_t between_bytes, std::size_t within_bytes, double extra = 0) {
+  if (const auto why = hierarchical_refusal(t); !why.empty()) return refused("hierarchical", why);
+  return usable("hierarchical",
+                flat_step(collective, t, m, between_bytes, t.hosts, false).predicted_us +
+                    flat_step(collective, t, m, within_bytes, t.largest_host, true).predicted_us +
+                    extra);
+}
+
 // Reduce to each host's leader, allreduce among the leaders (the best flat algorithm for
 // them), broadcast from each leader; the steps inside a host over its own links.
-Candidate hierarchical(const Topology& t, const Terms& c, std::size_t bytes) {
-  if (t.hosts <= 1) return refused("hierarchical", "needs ranks on several hosts");
-  if (t.largest_host <= 1)
-    return refused("hierarchical", "one rank per host: the flat algorithms do the same");
+Candidate hierarchical_allreduce(const Topology& t, const Terms& c, std::size_t bytes) {
+  if (const auto why = hierarchical_refusal(t); !why.empty()) return refused("hierarchical", why);
   const double n = static_cast<double>(bytes);
-  CostModel local = c.m;
-  if (local.local_alpha_us > 0) local.alpha_us = local.local_alpha_us;
-  if (local.local_link_bpus > 0) local.link_bpus = local.local_link_bpus;
-  const Terms inside{local};
-  const int steps = ceil_log2(t.largest_host);
+  const Terms inside{within_host(c.m)};
+  const int steps = ceil_log2(t.largest_host);  // binomial reduce, then binomial broadcast
   const double within = steps * (inside.send(n) + inside.reduce(n)) + steps * inside.send(n);
-  const double between = leaders_allreduce(t, c.m, bytes).predicted_us;
+  const double between = flat_step("allreduce", t, c.m, bytes, t.hosts, false).predicted_us;
   return usable("hierarchical", (t.in_place ? 0 : c.copy(n)) + within + between);
 }
 
@@ -115,7 +135,7 @@ std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t 
   out.push_back(usable("rabenseifner", input_copy + 2 * rounds * c.m.alpha_us +
                                            2 * share * n / c.m.link_bpus + share * c.reduce(n) +
                                            fold_cost(c, p, n)));
-  out.push_back(hierarchical(t, c, bytes));
+  out.push_back(hierarchical_allreduce(t, c, bytes));
   if (bytes / std::max<std::size_t>(t.element_bytes, 1) < static_cast<std::size_t>(p)) {
     out.push_back(refused("ring", "fewer elements than ranks"));
   } else {
@@ -143,6 +163,7 @@ std::vector<Candidate> broadcast(const Topology& t, const Terms& c, std::size_t 
   const double k =
       std::max(1.0, std::ceil(n / static_cast<double>(std::max<std::size_t>(t.chunk_bytes, 1))));
   out.push_back(usable("chain", (p - 2 + k) * c.send(n / k)));
+  out.push_back(hierarchical("broadcast", t, c.m, bytes, bytes));
   return out;
 }
 
@@ -156,6 +177,18 @@ std::vector<Candidate> allgather(const Topology& t, const Terms& c, std::size_t 
   // log2(p) messages carrying p-1 blocks in all, plus rotating the result into place.
   out.push_back(
       usable("bruck", ceil_log2(p) * c.m.alpha_us + (p - 1) * block / c.m.link_bpus + c.copy(n)));
+  // Gather at each host's leader (its link takes the host's blocks one after another), a ring
+  // of the leaders passing one host's blocks per step, then a broadcast inside each host.
+  if (const auto why = hierarchical_refusal(t); !why.empty()) {
+    out.push_back(refused("hierarchical", why));
+  } else {
+    const double host_share = n / t.hosts;
+    const Candidate spread = flat_step("broadcast", t, c.m, bytes, t.largest_host, true);
+    const double gather = c.m.local_alpha_us + (t.largest_host - 1) * block /
+                                                   std::max(c.m.local_link_bpus, c.m.link_bpus);
+    out.push_back(
+        usable("hierarchical", gather + (t.hosts - 1) * c.send(host_share) + spread.predicted_us));
+  }
   return out;
 }
 
@@ -171,7 +204,8 @@ std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes
   if (collective == "allgather") return allgather(t, c, bytes);
   if (collective == "reduce") {
     return {shared(t, bytes, c.m.flag_us + c.copy(n) + (p - 1) * c.reduce(n)),
-            usable("binomial", ceil_log2(p) * (c.send(n) + c.reduce(n)))};
+            usable("binomial", ceil_log2(p) * (c.send(n) + c.reduce(n))),
+            hierarchical("reduce", t, model, bytes, bytes)};
   }
   if (collective == "barrier")
     return {shared(t, 0, c.m.flag_us), usable("dissemination", ceil_log2(p) * c.m.alpha_us)};

@@ -56,9 +56,11 @@ struct Candidate {
 std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes,
                                   const Topology& topology, const CostModel& model);
 
-// The flat allreduce the hosts' leaders run inside a hierarchical one (ranks: t.hosts, messages
-// only, in place), with its predicted time.
-Candidate leaders_allreduce(const Topology& topology, const CostModel& model, std::size_t bytes);
+// The flat form of `collective` that one step of a hierarchical one runs: among `ranks` ranks,
+// messages only, in place, with the links between hosts or (`inside_host`) those inside one.
+// The cheapest candidate, with its predicted time.
+Candidate flat_step(std::string_view collective, const Topology& topology, const CostModel& model,
+                    std::size_t bytes, int ranks, bool inside_host);
 
 // The usable candidate with the lowest predicted time (the first one on a tie), or -1.
 int cheapest(const std::vector<Candidate>& candidates);

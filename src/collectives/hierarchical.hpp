@@ -29,4 +29,31 @@ struct HostLayout {
 void allreduce_hierarchical(Call& call, const HostLayout& layout, const std::string& among_leaders,
                             void* data, std::size_t count, DataType type, ReduceOp op);
 
+// The algorithm each step of a hierarchical broadcast runs: "chain" (pipelined, large
+// buffers) or "binomial".
+struct BroadcastSteps {
+  std::string between = "binomial";  // among one rank per host
+  std::string within = "binomial";   // inside each host
+};
+
+// broadcast of `bytes` from `root`: among one representative per host (the root on its own
+// host, each host's leader elsewhere), then inside each host from its representative. The
+// network carries the buffer once per host instead of once per rank.
+void broadcast_hierarchical(Call& call, const HostLayout& layout, const BroadcastSteps& steps,
+                            void* data, std::size_t bytes, int root);
+
+// reduce of `data` (this rank's contribution; clobbered unless this is the root) to `root`: a
+// binomial reduce inside each host to its representative (as above), then among the
+// representatives to the root.
+void reduce_hierarchical(Call& call, const HostLayout& layout, void* data, std::size_t count,
+                         DataType type, ReduceOp op, int root);
+
+// allgather of `block` bytes per rank in `data` (rank r's at r * block; this rank's in place):
+// each host's blocks gathered at its leader, the hosts' blocks passed around a ring of the
+// leaders (one message per host and step, not per rank), then the whole buffer broadcast
+// inside each host (`within`: "chain" or "binomial"). Where a host's ranks are not
+// consecutive, the leaders work in a packed copy (`call.scratch`) and unpack it.
+void allgather_hierarchical(Call& call, const HostLayout& layout, const std::string& within,
+                            void* data, std::size_t block);
+
 }  // namespace anview::collectives

@@ -59,7 +59,7 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
       .rank = rank,
       .world_size = size,
       .job_id = agree_on_job_id(store_, options.store_prefix, rank, timeout),
-      .host_id = bootstrap::host_id(),
+      .host_id = options.host_id.empty() ? bootstrap::host_id() : options.host_id,
       .timeout = timeout,
       .name = options.store_prefix};
   messenger_ = std::make_shared<p2p::Messenger>(config);
@@ -456,7 +456,9 @@ Communicator Communicator::split(int color, int key) const {
                              std::to_string(impl_->next_split()) + "/color" + std::to_string(color);
   Communicator sub =
       create(new_rank, static_cast<int>(members.size()), impl_->store(),
-             {.timeout = impl_->messenger().default_timeout(), .store_prefix = prefix});
+             {.timeout = impl_->messenger().default_timeout(),
+              .store_prefix = prefix,
+              .host_id = impl_->messenger().host_id()});  // the parent's, also when set
   base::set_log_rank(rank());  // log lines keep naming this process by its rank in the job
   return sub;
 }

@@ -15,8 +15,10 @@
 namespace anview::testing {
 
 // Runs fn(comm) on `ranks` threads; rethrows the first exception any rank raised.
+// `host_of(rank)`, when given, names each rank's emulated host (CommunicatorOptions::host_id).
 inline void run_ranks(int ranks, const std::function<void(Communicator&)>& fn,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+                      std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                      const std::function<std::string(int)>& host_of = nullptr) {
   static std::atomic<int> generation{0};
   const std::string prefix = "test" + std::to_string(generation++);
   Store server = Store::serve_tcp("127.0.0.1:0", {.timeout = timeout});
@@ -28,7 +30,8 @@ inline void run_ranks(int ranks, const std::function<void(Communicator&)>& fn,
       try {
         Store store = Store::connect_tcp(address, {.timeout = timeout, .rank = r});
         Communicator comm = Communicator::create(
-            r, ranks, store, {.timeout = timeout, .store_prefix = prefix});
+            r, ranks, store,
+            {.timeout = timeout, .store_prefix = prefix, .host_id = host_of ? host_of(r) : ""});
         fn(comm);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
@@ -42,16 +45,19 @@ inline void run_ranks(int ranks, const std::function<void(Communicator&)>& fn,
 
 // A payload pattern that differs per (sender, message, byte).
 inline unsigned char pattern_byte(int sender, std::uint64_t message, std::size_t index) {
-  return static_cast<unsigned char>((index * 31 + message * 17 + static_cast<std::size_t>(sender) * 101 + 3) & 0xff);
+  return static_cast<unsigned char>(
+      (index * 31 + message * 17 + static_cast<std::size_t>(sender) * 101 + 3) & 0xff);
 }
 
-inline std::vector<unsigned char> make_payload(int sender, std::uint64_t message, std::size_t bytes) {
+inline std::vector<unsigned char> make_payload(int sender, std::uint64_t message,
+                                               std::size_t bytes) {
   std::vector<unsigned char> v(bytes);
   for (std::size_t i = 0; i < bytes; ++i) v[i] = pattern_byte(sender, message, i);
   return v;
 }
 
-inline bool payload_ok(const unsigned char* data, int sender, std::uint64_t message, std::size_t bytes) {
+inline bool payload_ok(const unsigned char* data, int sender, std::uint64_t message,
+                       std::size_t bytes) {
   for (std::size_t i = 0; i < bytes; ++i)
     if (data[i] != pattern_byte(sender, message, i)) return false;
   return true;

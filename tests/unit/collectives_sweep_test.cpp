@@ -124,5 +124,48 @@ TEST(CollectivesSweep, EveryCollectiveAndAlgorithmOnOneTo64ThreadRanks) {
   }
 }
 
+// The hierarchical forms forced, the ranks spread over emulated hosts two ways: round robin
+// over three hosts (a host's ranks are not consecutive, so the allgather's leaders pack and
+// unpack) and in two halves (consecutive).
+TEST(CollectivesSweep, HierarchicalOnEmulatedHosts) {
+  ScopedEnv transports("ANVIEW_TRANSPORTS", "inproc");
+  ScopedEnv chunk("ANVIEW_COLL_CHUNK", "4096");
+  ScopedEnv algo("ANVIEW_ALGO",
+                 "allreduce=hierarchical,broadcast=hierarchical,reduce=hierarchical,"
+                 "allgather=hierarchical");
+  for (const bool round_robin : {true, false}) {
+    for (int n : {2, 3, 4, 5, 7, 8, 13, 16, 33}) {
+      SCOPED_TRACE(std::string(round_robin ? "round robin" : "halves") + ", " + std::to_string(n) +
+                   " ranks");
+      run_ranks(
+          n,
+          [&](Communicator& comm) {
+            for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7},
+                                      static_cast<std::size_t>(n + 1), std::size_t{4099}}) {
+              check_all(comm, count);
+            }
+          },
+          std::chrono::seconds(120),
+          [&](int r) { return "host-" + std::to_string(round_robin ? r % 3 : r * 2 / n); });
+    }
+  }
+}
+
+// Every rank of a job on emulated hosts picks the same algorithms on its own; the results are
+// right whichever they are (the tuner weighs the hierarchical forms in).
+TEST(CollectivesSweep, TunerPicksOnEmulatedHosts) {
+  ScopedEnv transports("ANVIEW_TRANSPORTS", "inproc");
+  for (int n : {4, 6}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    run_ranks(
+        n,
+        [&](Communicator& comm) {
+          for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 18})
+            check_all(comm, count);
+        },
+        std::chrono::seconds(120), [&](int r) { return "host-" + std::to_string(r % 2); });
+  }
+}
+
 }  // namespace
 }  // namespace anview

@@ -43,6 +43,20 @@ Topology hosts(int ranks) {
           .element_bytes = 4};
 }
 
+// 8 ranks on 2 hosts, fast links inside each, TCP between them.
+Topology two_hosts_of_four() {
+  Topology t = hosts(8);
+  t.hosts = 2;
+  t.largest_host = 4;
+  return t;
+}
+CostModel network_with_fast_hosts() {
+  CostModel m = tcp_model();
+  m.local_alpha_us = 1;
+  m.local_link_bpus = 5000;
+  return m;
+}
+
 std::string pick(std::string_view collective, std::size_t bytes, const Topology& t,
                  const CostModel& m) {
   const auto list = candidates(collective, bytes, t, m);
@@ -105,16 +119,49 @@ TEST(CostModel, HierarchicalNeedsSeveralHostsAndWinsWhereLatencyCrossesThemOnce)
   EXPECT_NE(find(alone, "hierarchical").why_not.find("one rank per host"), std::string::npos);
   // 8 ranks on 2 hosts, fast links inside each: a small allreduce crosses the network once
   // (between the two leaders) instead of log2(8) times.
-  Topology two = hosts(8);
-  two.hosts = 2;
-  two.largest_host = 4;
-  CostModel m = tcp_model();
-  m.local_alpha_us = 1;
-  m.local_link_bpus = 5000;
+  const Topology two = two_hosts_of_four();
+  const CostModel m = network_with_fast_hosts();
   EXPECT_EQ(pick("allreduce", 8, two, m), "hierarchical");
   // Large: the binomial steps inside a host move the whole buffer log2(4) times each way;
   // Rabenseifner over all ranks moves less.
   EXPECT_EQ(pick("allreduce", 64 << 20, two, m), "rabenseifner");
+}
+
+TEST(CostModel, HierarchicalBroadcastReduceAllgatherCrossTheNetworkOncePerHost) {
+  const Topology two = two_hosts_of_four();
+  const CostModel m = network_with_fast_hosts();
+  for (const char* collective : {"broadcast", "reduce", "allgather"}) {
+    SCOPED_TRACE(collective);
+    EXPECT_FALSE(find(candidates(collective, 8, one_host(4), shm_model()), "hierarchical").usable);
+    Topology spread = hosts(4);
+    spread.hosts = 4;
+    EXPECT_FALSE(find(candidates(collective, 8, spread, tcp_model()), "hierarchical").usable);
+    // Small: one network hop (two hosts) instead of log2(8) over the slowest link.
+    EXPECT_EQ(pick(collective, 64, two, m), "hierarchical");
+  }
+  // A large reduce: the binomial tree over all ranks sends the buffer over the slowest link
+  // log2(8) times in a row, the hierarchical one once. (A large broadcast stays with the flat
+  // chain: pipelined, it carries the buffer over each link once and overlaps the two levels.)
+  EXPECT_EQ(pick("reduce", 64 << 20, two, m), "hierarchical");
+  EXPECT_EQ(pick("broadcast", 64 << 20, two, m), "chain");
+  // A large allgather: the ring's p-1 network steps carry the same bytes as the leaders'
+  // ring, which then still broadcasts inside each host: the flat ring stays ahead.
+  EXPECT_TRUE(find(candidates("allgather", 64 << 20, two, m), "hierarchical").usable);
+  EXPECT_EQ(pick("allgather", 64 << 20, two, m), "ring");
+}
+
+TEST(CostModel, FlatStepsOfHierarchicalOnesUseTheirOwnLinks) {
+  const Topology two = two_hosts_of_four();
+  const CostModel m = network_with_fast_hosts();
+  // Inside a host a small broadcast costs its local alpha per binomial round.
+  const Candidate inside = flat_step("broadcast", two, m, 8, 4, true);
+  EXPECT_EQ(inside.algorithm, "binomial");
+  EXPECT_NEAR(inside.predicted_us, 2 * (1 + 8.0 / 5000), 1e-9);
+  // Among four hosts a large one is pipelined down the chain; messages only (never "shared").
+  EXPECT_EQ(flat_step("broadcast", two, m, 64 << 20, 4, false).algorithm, "chain");
+  EXPECT_EQ(flat_step("broadcast", two, m, 64 << 20, 2, false).algorithm, "binomial");
+  EXPECT_EQ(flat_step("allreduce", two, m, 8, 2, false).algorithm, "recursive_doubling");
+  EXPECT_EQ(flat_step("reduce", one_host(4), shm_model(), 8, 4, true).algorithm, "binomial");
 }
 
 TEST(CostModel, NonPowerOfTwoRanksPayForFolding) {
