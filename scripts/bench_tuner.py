@@ -24,6 +24,7 @@ ALGOS = {
     "allgather": ["shared", "ring", "bruck", "hierarchical"],
     "reduce": ["shared", "binomial", "hierarchical"],
     "alltoall": ["pairwise", "bruck"],
+    "reduce_scatter": ["ring", "recursive_halving", "direct"],
 }
 SHARED_LIMIT = 64 * 1024  # a shared slot's payload
 

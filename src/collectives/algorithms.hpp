@@ -102,6 +102,9 @@ void reduce_binomial(Call& call, void* data, std::size_t count, DataType type, R
 void allgather_ring(Call& call, void* data, const Blocks& blocks);
 // `data` holds size * count elements; on return this rank's reduced block is at rank * count.
 void reduce_scatter_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op);
+// The same in log2(p) steps, halving the window each (latency-bound sizes).
+void reduce_scatter_recursive_halving(Call& call, void* data, std::size_t count, DataType type,
+                                      ReduceOp op);
 // `send` holds block r for rank r (`sblocks`); `recv` gets block r from rank r (`rblocks`).
 void alltoall_pairwise(Call& call, const void* send, const Blocks& sblocks, void* recv,
                        const Blocks& rblocks);

@@ -18,8 +18,8 @@ const base::Setting algo_setting(
     "Forces algorithms, as collective=algorithm items separated by commas: allreduce=ring, "
     "recursive_doubling, rabenseifner, hierarchical, direct or shared; broadcast=binomial, "
     "chain, hierarchical or shared; allgather=ring, bruck, hierarchical or shared; "
-    "alltoall=pairwise or bruck; reduce=binomial, hierarchical or shared; reduce_scatter=ring "
-    "or direct; barrier=dissemination or shared "
+    "alltoall=pairwise or bruck; reduce=binomial, hierarchical or shared; reduce_scatter=ring, "
+    "recursive_halving or direct; barrier=dissemination or shared "
     "(default: the tuner's pick, "
     "see anview-info --explain)");
 

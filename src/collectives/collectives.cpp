@@ -351,15 +351,21 @@ void Collectives::reduce_scatter(const void* send, void* recv, std::size_t count
   check_buffer(call, recv, block, "receive");
   check_known(call);
   const std::size_t all = block * static_cast<std::size_t>(call.size);
-  if (call.size > 1 && count > 0 &&
-      choose(call, "reduce_scatter", all, size_of(type), block) == "direct") {
+  const std::string algo = call.size > 1 && count > 0
+                               ? choose(call, "reduce_scatter", all, size_of(type), block)
+                               : std::string("ring");
+  if (algo == "direct") {
     run_guarded(call,
                 [&] { reduce_scatter_direct(call, peer_memories_, send, recv, count, type, op); });
     return;
   }
   char* work = work_copy(send, all);
-  call.record.algorithm("ring");
-  if (call.size > 1) run_guarded(call, [&] { reduce_scatter_ring(call, work, count, type, op); });
+  if (algo == "recursive_halving") {
+    run_guarded(call, [&] { reduce_scatter_recursive_halving(call, work, count, type, op); });
+  } else {
+    call.record.algorithm("ring");
+    if (call.size > 1) run_guarded(call, [&] { reduce_scatter_ring(call, work, count, type, op); });
+  }
   if (block > 0) std::memcpy(recv, work + static_cast<std::size_t>(call.rank) * block, block);
   if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
 }

@@ -212,8 +212,17 @@ std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes
   // `bytes` is the whole buffer, n/p per rank and step. Direct: postings, words and done, then
   // each rank reads its block from the p-1 peers and reduces it.
   if (collective == "reduce_scatter") {
-    // The ring works in a copy of the send buffer and copies this rank's block out of it.
+    // The ring and recursive halving work in a copy of the send buffer and copy this rank's
+    // block out of it. Halving: log2(pof2) messages carrying (pof2-1)/pof2 of the buffer in
+    // all, after the fold of the extra ranks (the whole buffer) and before handing their
+    // blocks back.
+    const int pof2 = floor_pow2(p);
+    const double share = static_cast<double>(pof2 - 1) / pof2;
+    const double fold = pof2 == p ? 0 : c.send(n) + c.reduce(n) + c.send(n / p);
     return {usable("ring", c.copy(n) + (p - 1) * (c.send(n / p) + c.reduce(n / p)) + c.copy(n / p)),
+            usable("recursive_halving", c.copy(n) + fold + ceil_log2(pof2) * c.m.alpha_us +
+                                            share * n / c.m.link_bpus + share * c.reduce(n) +
+                                            c.copy(n / p)),
             direct(t, 3 * c.m.alpha_us + (p - 1) * (n / p / c.m.link_bpus + c.reduce(n / p)))};
   }
   if (collective == "alltoall") {

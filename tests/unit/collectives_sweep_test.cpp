@@ -100,7 +100,8 @@ void check_all(Communicator& comm, std::size_t count) {
 
 // Each configuration forces one algorithm per collective that has several.
 const char* const configurations[] = {
-    "allreduce=recursive_doubling,broadcast=binomial,allgather=ring",
+    "allreduce=recursive_doubling,broadcast=binomial,allgather=ring,"
+    "reduce_scatter=recursive_halving",
     "allreduce=rabenseifner,broadcast=chain,allgather=bruck,alltoall=bruck",
     "allreduce=ring,broadcast=chain,allgather=ring"};
 

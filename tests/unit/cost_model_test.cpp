@@ -82,10 +82,16 @@ TEST(CostModel, OneHostAllreducePicksSharedWhenSmallAndDirectWhenLarge) {
   EXPECT_EQ(pick("allreduce", 16 << 20, one_host(4), shm_model()), "direct");
 }
 
-TEST(CostModel, ReduceScatterReadsPeersOnOneHostAndRingsAcrossHosts) {
+TEST(CostModel, ReduceScatterReadsPeersOnOneHostAndHalvesOrRingsAcrossHosts) {
   EXPECT_EQ(pick("reduce_scatter", 16 << 20, one_host(2), shm_model()), "direct");
   EXPECT_EQ(pick("reduce_scatter", 16 << 20, one_host(4), shm_model()), "direct");
-  EXPECT_EQ(pick("reduce_scatter", 16 << 20, hosts(4), tcp_model()), "ring");
+  // Across hosts, a power of two: recursive halving moves what the ring moves in log2(p)
+  // messages instead of p-1.
+  EXPECT_EQ(pick("reduce_scatter", 256, hosts(8), tcp_model()), "recursive_halving");
+  EXPECT_EQ(pick("reduce_scatter", 16 << 20, hosts(4), tcp_model()), "recursive_halving");
+  // Not a power of two: the fold sends the whole buffer once more; only small ones gain.
+  EXPECT_EQ(pick("reduce_scatter", 256, hosts(6), tcp_model()), "recursive_halving");
+  EXPECT_EQ(pick("reduce_scatter", 16 << 20, hosts(6), tcp_model()), "ring");
   const auto list = candidates("reduce_scatter", 1 << 20, hosts(4), tcp_model());
   EXPECT_FALSE(find(list, "direct").usable);
   EXPECT_NE(find(list, "direct").why_not.find("cross-memory attach"), std::string::npos);
