@@ -25,6 +25,11 @@ struct Terms {
   double send(double bytes) const { return m.alpha_us + bytes / m.link_bpus; }
   double reduce(double bytes) const { return bytes / m.reduce_bpus; }
   double copy(double bytes) const { return bytes / m.copy_bpus; }
+  // Reading (or writing) a same-host peer's memory, as the direct algorithms do: cross-memory
+  // attach where it was measured, else what a message of the same size costs.
+  double peer_copy(double bytes) const {
+    return bytes / (m.read_bpus > 0 ? m.read_bpus : m.link_bpus);
+  }
 };
 
 Candidate usable(std::string name, double us) {
@@ -128,7 +133,7 @@ std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t 
   // of n/p to reduce its own, then writes its reduced segment into the p-1 peers.
   const double seg = n / p;
   out.push_back(
-      direct(t, 3 * c.m.alpha_us + 2 * (p - 1) * seg / c.m.link_bpus + (p - 1) * c.reduce(seg)));
+      direct(t, 3 * c.m.alpha_us + 2 * (p - 1) * c.peer_copy(seg) + (p - 1) * c.reduce(seg)));
   out.push_back(usable("recursive_doubling",
                        input_copy + rounds * (c.send(n) + c.reduce(n)) + fold_cost(c, p, n)));
   const double share = static_cast<double>(pof2 - 1) / pof2;
@@ -223,7 +228,7 @@ std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes
             usable("recursive_halving", c.copy(n) + fold + ceil_log2(pof2) * c.m.alpha_us +
                                             share * n / c.m.link_bpus + share * c.reduce(n) +
                                             c.copy(n / p)),
-            direct(t, 3 * c.m.alpha_us + (p - 1) * (n / p / c.m.link_bpus + c.reduce(n / p)))};
+            direct(t, 3 * c.m.alpha_us + (p - 1) * (c.peer_copy(n / p) + c.reduce(n / p)))};
   }
   if (collective == "alltoall") {
     // Bruck: log2(p) rounds of about half the data, each packed and unpacked, plus the

@@ -82,6 +82,23 @@ TEST(CostModel, OneHostAllreducePicksSharedWhenSmallAndDirectWhenLarge) {
   EXPECT_EQ(pick("allreduce", 16 << 20, one_host(4), shm_model()), "direct");
 }
 
+TEST(CostModel, DirectAlgorithmsAreChargedThePeerReadBandwidth) {
+  CostModel m = shm_model();
+  m.link_bpus = 1000;   // messages: slow
+  m.read_bpus = 10000;  // cross-memory attach: what the direct algorithms do
+  const double n = 16 << 20;
+  // allreduce, 2 ranks: three rounds of small messages, read the peer's half and write the
+  // reduced half back, reduce one half.
+  EXPECT_NEAR(find(candidates("allreduce", 16 << 20, one_host(2), m), "direct").predicted_us,
+              3 * m.alpha_us + 2 * (n / 2) / m.read_bpus + (n / 2) / m.reduce_bpus, 1e-6);
+  EXPECT_NEAR(find(candidates("reduce_scatter", 16 << 20, one_host(2), m), "direct").predicted_us,
+              3 * m.alpha_us + (n / 2) / m.read_bpus + (n / 2) / m.reduce_bpus, 1e-6);
+  // Not measured (no cross-memory attach probe): a message's bandwidth stands in.
+  m.read_bpus = 0;
+  EXPECT_NEAR(find(candidates("reduce_scatter", 16 << 20, one_host(2), m), "direct").predicted_us,
+              3 * m.alpha_us + (n / 2) / m.link_bpus + (n / 2) / m.reduce_bpus, 1e-6);
+}
+
 TEST(CostModel, ReduceScatterReadsPeersOnOneHostAndHalvesOrRingsAcrossHosts) {
   EXPECT_EQ(pick("reduce_scatter", 16 << 20, one_host(2), shm_model()), "direct");
   EXPECT_EQ(pick("reduce_scatter", 16 << 20, one_host(4), shm_model()), "direct");
