@@ -25,11 +25,14 @@ struct Terms {
   double send(double bytes) const { return m.alpha_us + bytes / m.link_bpus; }
   double reduce(double bytes) const { return bytes / m.reduce_bpus; }
   double copy(double bytes) const { return bytes / m.copy_bpus; }
-  // Reading (or writing) a same-host peer's memory, as the direct algorithms do: cross-memory
-  // attach where it was measured, else what a message of the same size costs.
+  // Reading (or writing) `bytes` of a same-host peer's memory as the direct algorithms do, a
+  // cache-sized unit per system call: cross-memory attach where it was measured, else what a
+  // message of the same size costs.
   double peer_copy(double bytes) const {
-    return bytes / (m.read_bpus > 0 ? m.read_bpus : m.link_bpus);
+    if (m.read_bpus <= 0) return bytes / m.link_bpus;
+    return std::max(1.0, std::ceil(bytes / direct_unit_bytes)) * m.read_us + bytes / m.read_bpus;
   }
+  static constexpr double direct_unit_bytes = 256 * 1024;  // direct.cpp's read unit
 };
 
 Candidate usable(std::string name, double us) {
@@ -257,7 +260,8 @@ std::string describe(const CostModel& m) {
   std::snprintf(line, sizeof line, "alpha %.2f us, link %.2f GB/s", m.alpha_us, m.link_bpus / 1e3);
   std::string text = line;
   if (m.read_bpus > 0) {
-    std::snprintf(line, sizeof line, ", peer read %.2f GB/s", m.read_bpus / 1e3);
+    std::snprintf(line, sizeof line, ", peer read %.2f GB/s + %.2f us a call", m.read_bpus / 1e3,
+                  m.read_us);
     text += line;
   }
   std::snprintf(line, sizeof line, ", reduce %.2f GB/s, copy %.2f GB/s", m.reduce_bpus / 1e3,

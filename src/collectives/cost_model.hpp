@@ -21,6 +21,7 @@ struct CostModel {
   double alpha_us = 0;     // one small message between neighbouring ranks, send to receive
   double link_bpus = 0;    // bytes per microsecond of one large message over that link
   double read_bpus = 0;    // bytes per microsecond of reading a same-host peer's memory (0: none)
+  double read_us = 0;      // one such read of a few bytes: the system call's own cost
   double reduce_bpus = 0;  // bytes per microsecond of reducing one buffer into another
   double copy_bpus = 0;    // bytes per microsecond of a local memcpy
   double flag_us = 0;      // one round of the shared-memory flags (0: no shared memory)

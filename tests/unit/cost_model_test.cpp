@@ -86,13 +86,21 @@ TEST(CostModel, DirectAlgorithmsAreChargedThePeerReadBandwidth) {
   CostModel m = shm_model();
   m.link_bpus = 1000;   // messages: slow
   m.read_bpus = 10000;  // cross-memory attach: what the direct algorithms do
+  m.read_us = 2;        // a system call per peer and 256 KiB
   const double n = 16 << 20;
+  const double calls = (n / 2) / (256 * 1024);  // 32
   // allreduce, 2 ranks: three rounds of small messages, read the peer's half and write the
   // reduced half back, reduce one half.
-  EXPECT_NEAR(find(candidates("allreduce", 16 << 20, one_host(2), m), "direct").predicted_us,
-              3 * m.alpha_us + 2 * (n / 2) / m.read_bpus + (n / 2) / m.reduce_bpus, 1e-6);
+  EXPECT_NEAR(
+      find(candidates("allreduce", 16 << 20, one_host(2), m), "direct").predicted_us,
+      3 * m.alpha_us + 2 * (calls * m.read_us + (n / 2) / m.read_bpus) + (n / 2) / m.reduce_bpus,
+      1e-6);
   EXPECT_NEAR(find(candidates("reduce_scatter", 16 << 20, one_host(2), m), "direct").predicted_us,
-              3 * m.alpha_us + (n / 2) / m.read_bpus + (n / 2) / m.reduce_bpus, 1e-6);
+              3 * m.alpha_us + calls * m.read_us + (n / 2) / m.read_bpus + (n / 2) / m.reduce_bpus,
+              1e-6);
+  // Small: the calls' own cost, not the bytes, decides; against the ring's one message.
+  EXPECT_NEAR(find(candidates("reduce_scatter", 8, one_host(2), m), "direct").predicted_us,
+              3 * m.alpha_us + m.read_us + 4 / m.read_bpus + 4 / m.reduce_bpus, 1e-6);
   // Not measured (no cross-memory attach probe): a message's bandwidth stands in.
   m.read_bpus = 0;
   EXPECT_NEAR(find(candidates("reduce_scatter", 16 << 20, one_host(2), m), "direct").predicted_us,
