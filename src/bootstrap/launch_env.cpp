@@ -146,6 +146,16 @@ LaunchInfo detect_launch(const EnvLookup& getenv) {
                         "or set ANVIEW_RANK, ANVIEW_WORLD_SIZE and ANVIEW_ROOT"});
 }
 
+EmulatedHost emulated_host(int rank, int world, int hosts) {
+  const auto at = [&](int host) {  // host h's first rank: the least r with r*hosts/world >= h
+    return static_cast<int>((static_cast<long>(host) * world + hosts - 1) / hosts);
+  };
+  const int host = static_cast<int>(static_cast<long>(rank) * hosts / world);
+  return {.id = "emulated-host-" + std::to_string(host),
+          .first_rank = at(host),
+          .ranks = at(host + 1) - at(host)};
+}
+
 LaunchInfo detect_launch() {
   return detect_launch([](const std::string& name) -> std::optional<std::string> {
     const char* v = std::getenv(name.c_str());

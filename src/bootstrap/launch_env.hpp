@@ -29,4 +29,13 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 LaunchInfo detect_launch(const EnvLookup& getenv);
 LaunchInfo detect_launch();  // the process environment
 
+// A job of `world` ranks made to look like `hosts` machines on one (anview-run and anview-info
+// --emulate-hosts, tests): consecutive ranks share one, rank r the one numbered r*hosts/world.
+struct EmulatedHost {
+  std::string id;      // its ANVIEW_HOST_ID: "emulated-host-<number>"
+  int first_rank = 0;  // its ranks are [first_rank, first_rank + ranks)
+  int ranks = 0;
+};
+EmulatedHost emulated_host(int rank, int world, int hosts);
+
 }  // namespace anview::bootstrap

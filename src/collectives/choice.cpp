@@ -127,6 +127,7 @@ void Collectives::measure_costs() {
   });
   std::lock_guard lock(model_mu_);
   model_ = measured;
+  decisions_.fill({});  // picks made with the assumed costs
 }
 
 const std::string& Collectives::choose(const Call& call, std::string_view collective,
@@ -139,12 +140,9 @@ const std::string& Collectives::choose(const Call& call, std::string_view collec
     return forced;
   }
   if (model_) {  // measured: a pick depends on the arguments alone (this thread writes model_)
-    for (const auto& d : decisions_) {
-      if (d.collective == collective && d.bytes == bytes && d.element_bytes == element_bytes &&
-          d.in_place == in_place) {
-        call.record.algorithm(d.algorithm);
-        return d.algorithm;
-      }
+    if (const Decision* d = recall(collective, Step::whole, bytes, element_bytes, in_place)) {
+      call.record.algorithm(d->algorithm);
+      return d->algorithm;
     }
   } else {
     int choices = 0;
@@ -153,19 +151,46 @@ const std::string& Collectives::choose(const Call& call, std::string_view collec
       choices += c.usable ? 1 : 0;
     if (choices > 1) measure_costs();
   }
+  const std::string& algorithm =
+      remember({.collective = std::string(collective),
+                .bytes = bytes,
+                .element_bytes = element_bytes,
+                .in_place = in_place,
+                .algorithm = pick(collective, bytes, element_bytes, in_place, nullptr)});
+  call.record.algorithm(algorithm);
+  return algorithm;
+}
+
+const Collectives::Decision* Collectives::recall(std::string_view collective, Step step,
+                                                 std::size_t bytes, std::size_t element_bytes,
+                                                 bool in_place) const {
+  for (const auto& d : decisions_) {
+    if (d.collective == collective && d.step == step && d.bytes == bytes &&
+        d.element_bytes == element_bytes && d.in_place == in_place)
+      return &d;
+  }
+  return nullptr;
+}
+
+const std::string& Collectives::remember(Decision decision) {
   Decision& d = decisions_[next_decision_++ % decisions_.size()];
-  d = Decision{std::string(collective), bytes, element_bytes, in_place,
-               pick(collective, bytes, element_bytes, in_place, nullptr)};
-  call.record.algorithm(d.algorithm);
+  d = std::move(decision);
   return d.algorithm;
 }
 
-std::string Collectives::step_algorithm(std::string_view collective, std::size_t bytes,
-                                        std::size_t element_bytes, bool inside_host) const {
+const std::string& Collectives::step_algorithm(std::string_view collective, std::size_t bytes,
+                                               std::size_t element_bytes, bool inside_host) {
+  const Step step = inside_host ? Step::inside_host : Step::among_hosts;
+  if (const Decision* d = recall(collective, step, bytes, element_bytes, true)) return d->algorithm;
   const Topology t = topology(element_bytes, true);
-  return flat_step(collective, t, current_model(), bytes, inside_host ? t.largest_host : t.hosts,
-                   inside_host)
-      .algorithm;
+  return remember({.collective = std::string(collective),
+                   .step = step,
+                   .bytes = bytes,
+                   .element_bytes = element_bytes,
+                   .in_place = true,
+                   .algorithm = flat_step(collective, t, current_model(), bytes,
+                                          inside_host ? t.largest_host : t.hosts, inside_host)
+                                    .algorithm});
 }
 
 std::string Collectives::pick(std::string_view collective, std::size_t bytes,

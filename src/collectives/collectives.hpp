@@ -108,8 +108,9 @@ class Collectives {
                             std::size_t element_bytes, std::size_t per_rank, bool in_place = false);
   // The flat algorithm of `collective` that a step of a hierarchical one runs: among the
   // hosts' leaders, or inside each host (the same for every rank: agreed topology and model).
-  std::string step_algorithm(std::string_view collective, std::size_t bytes,
-                             std::size_t element_bytes, bool inside_host) const;
+  // Remembered like choose()'s picks, so a repeated call predicts nothing.
+  const std::string& step_algorithm(std::string_view collective, std::size_t bytes,
+                                    std::size_t element_bytes, bool inside_host);
   // The pick with the costs as they are (no measuring), and why.
   std::string pick(std::string_view collective, std::size_t bytes, std::size_t element_bytes,
                    bool in_place, std::string* why) const;
@@ -160,13 +161,20 @@ class Collectives {
   std::optional<CostModel> model_;  // written only by the collectives' thread
   // Recent picks, reused while calls look the same (programs repeat a few sizes): a small call
   // pays a few comparisons, not a prediction.
+  // `step`: the whole call, or one step of its hierarchical form (step_algorithm).
+  enum class Step : std::uint8_t { whole, among_hosts, inside_host };
   struct Decision {
     std::string collective;
+    Step step = Step::whole;
     std::size_t bytes = 0;
     std::size_t element_bytes = 0;
     bool in_place = false;
     std::string algorithm;
   };
+  // The remembered pick for a call that looks like this one, or null.
+  const Decision* recall(std::string_view collective, Step step, std::size_t bytes,
+                         std::size_t element_bytes, bool in_place) const;
+  const std::string& remember(Decision decision);
   std::array<Decision, 8> decisions_;
   std::size_t next_decision_ = 0;        // the one to replace next
   std::vector<p2p::RequestPtr> posted_;  // the current call's requests

@@ -99,14 +99,13 @@ std::string hierarchical_refusal(const Topology& t) {
 
 // The steps of a hierarchical collective: its flat form among one rank per host (over the
 // network) and inside the most crowded host (over its own links), each the best of its
-// candidates; `extra` adds what the collective does besides (its own steps, copies).
+// candidates.
 Candidate hierarchical(std::string_view collective, const Topology& t, const CostModel& m,
-                       std::size_t between_bytes, std::size_t within_bytes, double extra = 0) {
+                       std::size_t bytes) {
   if (const auto why = hierarchical_refusal(t); !why.empty()) return refused("hierarchical", why);
   return usable("hierarchical",
-                flat_step(collective, t, m, between_bytes, t.hosts, false).predicted_us +
-                    flat_step(collective, t, m, within_bytes, t.largest_host, true).predicted_us +
-                    extra);
+                flat_step(collective, t, m, bytes, t.hosts, false).predicted_us +
+                    flat_step(collective, t, m, bytes, t.largest_host, true).predicted_us);
 }
 
 // Reduce to each host's leader, allreduce among the leaders (the best flat algorithm for
@@ -171,7 +170,7 @@ std::vector<Candidate> broadcast(const Topology& t, const Terms& c, std::size_t 
   const double k =
       std::max(1.0, std::ceil(n / static_cast<double>(std::max<std::size_t>(t.chunk_bytes, 1))));
   out.push_back(usable("chain", (p - 2 + k) * c.send(n / k)));
-  out.push_back(hierarchical("broadcast", t, c.m, bytes, bytes));
+  out.push_back(hierarchical("broadcast", t, c.m, bytes));
   return out;
 }
 
@@ -213,7 +212,7 @@ std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes
   if (collective == "reduce") {
     return {shared(t, bytes, c.m.flag_us + c.copy(n) + (p - 1) * c.reduce(n)),
             usable("binomial", ceil_log2(p) * (c.send(n) + c.reduce(n))),
-            hierarchical("reduce", t, model, bytes, bytes)};
+            hierarchical("reduce", t, model, bytes)};
   }
   if (collective == "barrier")
     return {shared(t, 0, c.m.flag_us), usable("dissemination", ceil_log2(p) * c.m.alpha_us)};

@@ -77,6 +77,7 @@
 
 #include "anview/anview.hpp"
 #include "base/tls.hpp"
+#include "bootstrap/launch_env.hpp"
 #include "bootstrap/store_protocol.hpp"
 #include "collectives/reduce.hpp"
 #include "transport/frame.hpp"
@@ -3079,7 +3080,8 @@ int main(int argc, char** argv) {
       const char* size_text = std::getenv("ANVIEW_WORLD_SIZE");
       const int world = size_text ? std::atoi(size_text) : 0;
       require(rank >= 0 && world > 0, "--hosts needs ANVIEW_RANK and ANVIEW_WORLD_SIZE");
-      ::setenv("ANVIEW_HOST_ID", cat("emulated-host-", rank * options.hosts / world).c_str(), 1);
+      ::setenv("ANVIEW_HOST_ID",
+               anview::bootstrap::emulated_host(rank, world, options.hosts).id.c_str(), 1);
     }
     if (options.deny_cma) deny_cross_memory_attach();
     std::string summary;

@@ -1,6 +1,8 @@
 // Launcher environment detection, with the environment given as a map.
 #include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -219,6 +221,21 @@ TEST(LaunchEnv, RankMustBeBelowWorldSize) {
                 {"ANVIEW_LOCAL_RANK", "2"},
                 {"ANVIEW_ROOT", "h:1"}},
                {"ANVIEW_LOCAL_RANK=2"});
+}
+
+TEST(EmulatedHost, ConsecutiveRanksShareAHost) {
+  for (const auto& [rank, world, hosts, id, first, ranks] :
+       std::vector<std::tuple<int, int, int, std::string, int, int>>{
+           {0, 5, 2, "emulated-host-0", 0, 3},
+           {2, 5, 2, "emulated-host-0", 0, 3},
+           {4, 5, 2, "emulated-host-1", 3, 2},
+           {6, 7, 3, "emulated-host-2", 5, 2},
+           {3, 4, 4, "emulated-host-3", 3, 1}}) {
+    const auto host = emulated_host(rank, world, hosts);
+    EXPECT_EQ(host.id, id) << rank << " of " << world << " on " << hosts;
+    EXPECT_EQ(host.first_rank, first) << rank << " of " << world << " on " << hosts;
+    EXPECT_EQ(host.ranks, ranks) << rank << " of " << world << " on " << hosts;
+  }
 }
 
 }  // namespace

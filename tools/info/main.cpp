@@ -330,8 +330,8 @@ void emulate_hosts(int hosts) {
                          .cause = "--emulate-hosts " + std::to_string(hosts) + " exceeds the " +
                                   std::to_string(launch.world_size) + " ranks of the job"});
   }
-  const int host = static_cast<int>(static_cast<long>(launch.rank) * hosts / launch.world_size);
-  ::setenv("ANVIEW_HOST_ID", ("emulated-host-" + std::to_string(host)).c_str(), 1);
+  ::setenv("ANVIEW_HOST_ID",
+           anview::bootstrap::emulated_host(launch.rank, launch.world_size, hosts).id.c_str(), 1);
 }
 
 // This rank's view: its host and, for every other rank, the transport, why, and the link.

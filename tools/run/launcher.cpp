@@ -17,6 +17,7 @@
 #include "base/auth.hpp"
 #include "base/clock.hpp"
 #include "base/socket.hpp"
+#include "bootstrap/launch_env.hpp"
 #include "output_forwarder.hpp"
 
 namespace anview::run {
@@ -218,14 +219,10 @@ void Job::exec_rank(int rank, const std::vector<char*>& argv, OutputForwarder::R
   ::setenv("ANVIEW_RANK", rank_text.c_str(), 1);
   ::setenv("ANVIEW_LOCAL_RANK", rank_text.c_str(), 1);
   if (options_.emulate_hosts > 0) {
-    const int hosts = options_.emulate_hosts, world = options_.world_size;
-    const int host = rank * hosts / world;
-    int first = rank, local_size = 0;
-    while (first > 0 && (first - 1) * hosts / world == host) --first;
-    while (first + local_size < world && (first + local_size) * hosts / world == host) ++local_size;
-    ::setenv("ANVIEW_HOST_ID", ("emulated-host-" + std::to_string(host)).c_str(), 1);
-    ::setenv("ANVIEW_LOCAL_RANK", std::to_string(rank - first).c_str(), 1);
-    ::setenv("ANVIEW_LOCAL_WORLD_SIZE", std::to_string(local_size).c_str(), 1);
+    const auto host = bootstrap::emulated_host(rank, options_.world_size, options_.emulate_hosts);
+    ::setenv("ANVIEW_HOST_ID", host.id.c_str(), 1);
+    ::setenv("ANVIEW_LOCAL_RANK", std::to_string(rank - host.first_rank).c_str(), 1);
+    ::setenv("ANVIEW_LOCAL_WORLD_SIZE", std::to_string(host.ranks).c_str(), 1);
   }
   ::execvp(argv[0], argv.data());
   say("rank " + rank_text + ": cannot execute '" + argv[0] + "': " + base::errno_text(errno));
