@@ -29,9 +29,9 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def anview(build, transports, op, args, env=None):
+def anview(build, transports, op, args, env=None, launcher=()):
     env = dict(os.environ, ANVIEW_TRANSPORTS=transports, **(env or {}))
-    cmd = [f"{build}/bin/anview-run", "-n", "2", "--timeout", "300",
+    cmd = [f"{build}/bin/anview-run", "-n", "2", "--timeout", "300", *launcher,
            f"{build}/bin/anview-perf", op, "--json"] + args
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]

@@ -9,6 +9,10 @@ ratios (this machine is shared and noisy). 2 ranks on this host.
   8 B latency:     anview-perf pingpong p50    vs tag_lat and ucp_am_lat (typical)
   16 MiB bandwidth: anview-perf bw (window 16) vs tag_bw and ucp_am_bw
   16 MiB put:       anview-perf put            vs ucp_put_bw
+  16 MiB put/get, the ranks on two emulated hosts (anview-run --emulate-hosts 2), UCX_TLS=tcp
+  only (UCX's shared memory cannot serve other hosts): Anview's puts and gets through UCX's RMA
+  (ANVIEW_UCX_RMA=native, the default with RDMA) vs ucp_put_bw and ucp_get; and through frames
+  (ANVIEW_UCX_RMA=frames, the default without RDMA) vs the same.
 
   scripts/bench_ucx.py [--build build-rel] [--reps 5] [--tls sm,tcp]
 """
@@ -29,6 +33,14 @@ CASES = [
     ("16 MiB put (GB/s)", "put", ["-b", "16M", "-e", "16M", "-n", "200", "-w", "10"],
      "bw_gbs", ["ucp_put_bw"], 16 << 20, 200, 10, False),
 ]
+HOSTS = ["--emulate-hosts", "2"]
+# name, anview op, ANVIEW_UCX_RMA, ucx test: the ranks on two emulated hosts, UCX_TLS=tcp only
+OTHER_HOST = [
+    ("16 MiB put, other host, UCX RMA (GB/s)", "put", "native", "ucp_put_bw"),
+    ("16 MiB get, other host, UCX RMA (GB/s)", "get", "native", "ucp_get"),
+    ("16 MiB put, other host, frames (GB/s)", "put", "frames", "ucp_put_bw"),
+]
+BIG = ["-b", "16M", "-e", "16M", "-n", "200", "-w", "10"]
 
 
 def main():
@@ -45,6 +57,13 @@ def main():
                 for test in tests:
                     peer = ucx_perftest(test, size, iters, warmup, tls=tls)
                     rows.setdefault((tls, name, test, lower), []).append((mine, peer))
+            if tls != "tcp":
+                continue
+            for name, op, mode, test in OTHER_HOST:
+                mine = anview(a.build, "ucx", op, BIG, env={"UCX_TLS": tls, "ANVIEW_UCX_RMA": mode},
+                              launcher=HOSTS)[0]["bw_gbs"]
+                peer = ucx_perftest(test, 16 << 20, 200, 10, tls=tls)
+                rows.setdefault((tls, name, test, False), []).append((mine, peer))
     print(f"Anview over UCX next to ucx_perftest, {a.reps} pairs, 2 ranks on this host\n")
     print("| UCX_TLS | case | Anview median | ucx_perftest | UCX median | "
           "Anview / UCX, median of pairs [min-max] |")

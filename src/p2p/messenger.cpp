@@ -364,6 +364,9 @@ void Messenger::collect_metrics(base::metrics::Sink& sink) const {
                  static_cast<double>(st.sent_bytes));
     sink.counter("anview_p2p_bytes_total", bytes_help, with("received"),
                  static_cast<double>(st.received_bytes));
+    sink.counter("anview_rma_native_operations_total",
+                 "One-sided puts and gets to a peer through the transport's native path (UCX RMA)",
+                 l, static_cast<double>(st.native_rma));
     sink.counter("anview_p2p_errors_total", "Point-to-point requests with a peer that failed", l,
                  static_cast<double>(st.errors));
     const char* latency_help =
@@ -659,11 +662,11 @@ void Messenger::report_stall(const RequestImpl& request, std::chrono::millisecon
     if (request.done.load(std::memory_order_acquire)) return;
     const bool recv = request.kind == RequestImpl::Kind::recv;
     const int peer = request.peer;
-    const char* name = recv                                         ? "recv"
-                       : request.kind == RequestImpl::Kind::send    ? "send"
-                       : request.kind == RequestImpl::Kind::put     ? "put"
-                       : request.kind == RequestImpl::Kind::get     ? "get"
-                                                                    : "flush";
+    const char* name = recv                                      ? "recv"
+                       : request.kind == RequestImpl::Kind::send ? "send"
+                       : request.kind == RequestImpl::Kind::put  ? "put"
+                       : request.kind == RequestImpl::Kind::get  ? "get"
+                                                                 : "flush";
     text =
         "hang doctor: " + std::string(name) + " tag=" +
         (request.tag == any_tag ? std::string("any") : std::to_string(to_underlying(request.tag))) +
@@ -791,6 +794,7 @@ void Messenger::shutdown() {
     recvs_.clear();
     unexpected_.clear();
     for (auto& ps : peers_) ps.eager_target.reset();
+    for (auto& [token, w] : withdrawals_) complete(w.request, std::nullopt);  // nobody writes now
     take_completed(completed);
   }
   run_callbacks(completed);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -196,12 +197,31 @@ class Messenger final : public transport::FrameSink,
     std::map<std::uint64_t, RequestPtr> rma;
     std::vector<std::shared_ptr<Flush>> flushes;
     std::optional<Error> rma_failure;  // an operation's failure no flush has reported yet
-    GetRequest incoming_get;  // the payload of the get frame arriving from this peer
+    GetRequest incoming_get;           // the payload of the get frame arriving from this peer
+    // Native one-sided access to this peer's regions (one_sided_native.cpp): their keys as
+    // learnt here, by token; whether native operations were issued since the last flush; the
+    // payload of the key_reply arriving.
+    struct NativeKey {
+      bool ready = false;    // false: asked for, the reply is still to come
+      bool emulate = false;  // the owner could not expose it natively: frames instead
+      transport::RemoteAccess* access = nullptr;  // that accepted the key (ready, native)
+      std::uint64_t address = 0, bytes = 0;       // the region, as the owner registered it
+      struct Waiting {
+        RequestPtr op;
+        RemoteKey key;
+        std::uint64_t offset = 0;
+      };
+      std::vector<Waiting> waiting;  // operations that came before the reply
+    };
+    std::unordered_map<std::uint64_t, NativeKey> native_keys;
+    bool native_unflushed = false;
+    std::vector<char> incoming_key;
     // Metrics (metrics.hpp), counted under mu_.
     struct Stats {
       std::uint64_t sent_messages = 0, sent_bytes = 0;
       std::uint64_t received_messages = 0, received_bytes = 0;
       std::uint64_t errors = 0;
+      std::uint64_t native_rma = 0;  // puts and gets through the transport's native path
       base::metrics::Histogram send_latency, recv_latency;  // rendezvous-sized requests
     } stats;
   };
@@ -238,6 +258,23 @@ class Messenger final : public transport::FrameSink,
   std::optional<Error> mapped_rma(RequestImpl& op, char* segment, const RemoteKey& key,
                                   std::uint64_t offset);
   Error rma_error(const RequestImpl& op, ErrorKind kind, std::string cause) const;
+  // Native one-sided access (one_sided_native.cpp), mu_ held.
+  void native_rma(const RequestPtr& op, const RemoteKey& key, std::uint64_t offset);
+  void post_native(const RequestPtr& op, const RemoteKey& key, std::uint64_t offset,
+                   const PeerState::NativeKey& native, bool then_flush);
+  transport::Landing on_key_frame(int peer, const transport::FrameHeader& header);
+  void on_key_frame_done(int peer, const transport::FrameHeader& header);
+  void answer_key_request(int peer, std::uint64_t token);
+  void take_key_reply(int peer, const transport::FrameHeader& header);
+  void refuse_waiting(int peer, std::uint64_t token, RmaReject why);
+  void drop_key(int peer, std::uint64_t token);
+  void key_released(std::uint64_t token, int peer);
+  // Peers that issued native flushes since the last flush get a transport flush each, as an
+  // operation of theirs the flush `before` waits for.
+  void flush_native(int peer);
+  // Deregistration of an exposed region: every holder drops its key and flushes first. Waits
+  // (up to the timeout) without mu_; then releases the registration.
+  void withdraw_native(std::uint64_t token);
   RemoteKey add_region(void* data, std::size_t bytes, std::unique_ptr<base::SharedSegment> segment);
   // The peer's allocated region of `key` mapped here (cached), or null where it cannot be.
   std::shared_ptr<char> mapping(const transport::PeerMemory& memory, const RemoteKey& key);
@@ -280,6 +317,19 @@ class Messenger final : public transport::FrameSink,
   // allocate_memory's segments by token, and peers' segments mapped here by (rank, token).
   std::unordered_map<std::uint64_t, std::unique_ptr<base::SharedSegment>> segments_;
   std::map<std::pair<int, std::uint64_t>, std::shared_ptr<char>> mappings_;
+  // Regions of this rank exposed through a transport's native access, by token: the packed
+  // key, and the peers holding it; and deregistrations waiting for the holders to drop it.
+  struct Exposure {
+    transport::RemoteAccess* access = nullptr;
+    std::string packed;
+    std::set<int> holders;
+  };
+  std::unordered_map<std::uint64_t, Exposure> exposed_;
+  struct Withdrawal {
+    RequestPtr request;
+    std::set<int> waiting;
+  };
+  std::unordered_map<std::uint64_t, Withdrawal> withdrawals_;
   std::thread background_;
   std::atomic<bool> background_stop_{false};
   std::atomic<bool> background_on_{false};

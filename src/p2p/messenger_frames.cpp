@@ -132,6 +132,11 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
     case FrameType::get:
     case FrameType::get_data:
       return on_rma_frame(peer, h);
+    case FrameType::key_request:
+    case FrameType::key_reply:
+    case FrameType::key_withdraw:
+    case FrameType::key_withdrawn:
+      return on_key_frame(peer, h);
   }
   protocol_error(peer, "unknown frame type " + std::to_string(h.type));
   return {};
@@ -167,6 +172,9 @@ void Messenger::on_frame_done(int peer, const transport::FrameHeader& h, void*) 
     case FrameType::get:
     case FrameType::get_data:
       on_rma_frame_done(peer, h);
+      return;
+    case FrameType::key_reply:
+      on_key_frame_done(peer, h);
       return;
     default:
       return;
@@ -297,6 +305,10 @@ void Messenger::on_peer_failed(int peer, const Error& error, bool left) {
     }
   }
   fail_rma(ps, error);
+  // A dead or unreachable holder of a native key cannot write any more: stop waiting for it.
+  for (auto& [token, w] : withdrawals_) {
+    if (w.waiting.erase(peer) > 0 && w.waiting.empty()) complete(w.request, std::nullopt);
+  }
 }
 
 }  // namespace anview::p2p

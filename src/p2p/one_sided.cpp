@@ -144,15 +144,18 @@ void Messenger::deregister_memory(std::uint64_t token) {
   std::unique_ptr<base::SharedSegment> segment;
   {
     Lock lock(mu_);
-    regions_.remove(token);
+    regions_.remove(token);  // first: no frame and no key request is answered for it now
     auto it = segments_.find(token);
-    if (it == segments_.end()) return;
-    segment = std::move(it->second);
-    segments_.erase(it);
-    // First: a peer's check fails from now on (a mapping it holds keeps the pages alive, so
-    // a put already past its check lands in memory nobody reads).
-    header_token(segment->data()).store(0, std::memory_order_release);
+    if (it != segments_.end()) {
+      segment = std::move(it->second);
+      segments_.erase(it);
+      // A peer's check fails from now on (a mapping it holds keeps the pages alive, so a put
+      // already past its check lands in memory nobody reads).
+      header_token(segment->data()).store(0, std::memory_order_release);
+    }
   }
+  // Peers holding a native key drop it before the memory goes (the segment lives until then).
+  withdraw_native(token);
 }
 
 std::shared_ptr<char> Messenger::mapping(const transport::PeerMemory& memory,
@@ -247,6 +250,8 @@ RequestPtr Messenger::issue_rma(const RequestPtr& op, const RemoteKey& key, std:
           map_now = true;
         }
       }
+    } else if (ps.transport != nullptr && ps.transport->remote_access(peer) != nullptr) {
+      native_rma(op, key, offset);
     } else {
       emulate_rma(op, key, offset);
     }
@@ -325,9 +330,11 @@ std::optional<Error> Messenger::mapped_rma(RequestImpl& op, char* segment, const
 
 void Messenger::emulate_rma(const RequestPtr& op, const RemoteKey& key, std::uint64_t offset) {
   const int peer = key.rank;
-  op->id = next_id_++;
-  op->phase = RequestImpl::Phase::transferring;
-  peers_[static_cast<std::size_t>(peer)].rma.emplace(op->id, op);
+  if (op->id == 0) {  // else it waited for a native key, in ps.rma already
+    op->id = next_id_++;
+    op->phase = RequestImpl::Phase::transferring;
+    peers_[static_cast<std::size_t>(peer)].rma.emplace(op->id, op);
+  }
   const std::uint64_t id = op->id;
   if (op->kind == RequestImpl::Kind::get) {
     transport::FrameHeader h;
@@ -538,6 +545,8 @@ void Messenger::settle_flushes(PeerState& ps) {
 }
 
 void Messenger::fail_rma(PeerState& ps, const Error& error) {
+  ps.native_keys.clear();  // their waiting operations are among ps.rma
+  ps.native_unflushed = false;
   for (auto& [id, op] : ps.rma) complete(op, error.for_operation(rma_name(op->kind), std::nullopt));
   ps.rma.clear();
   for (auto& f : ps.flushes) {
@@ -558,6 +567,10 @@ RequestPtr Messenger::flush(int peer) {
   Completions completed;
   {
     Lock lock(mu_);
+    // Native puts complete when their buffer may be reused; the transport's flush is what
+    // says they are in place at the target.
+    for (int p = 0; p < config_.world_size; ++p)
+      if (peer == any_source || p == peer) flush_native(p);
     auto f = std::make_shared<Flush>();
     f->request = req;
     f->before = next_id_;

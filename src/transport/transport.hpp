@@ -122,6 +122,37 @@ class PeerMemory {
   virtual std::shared_ptr<char> map(int fd, std::size_t bytes, std::string* why) const = 0;
 };
 
+// Native one-sided access to registered memory (RDMA through UCX: ucp_put_nbx/ucp_get_nbx on
+// memory registered with ucp_mem_map), for the peers Transport::remote_access() offers it for.
+// The p2p layer owns the protocol around it (one_sided_native.cpp): the owner exposes a region
+// when a peer first asks for its key, hands out the packed key, and before concealing it again
+// has every holder drop the key and flush what it issued with it.
+//
+// Threading: like the rest of the transport (the owner's lock; callbacks inside poll()).
+class RemoteAccess {
+ public:
+  virtual ~RemoteAccess() = default;
+  // Owner: makes [data, data + bytes) reachable under `token`; returns the packed key peers
+  // unpack, or nullopt with `why` (the memory cannot be registered).
+  virtual std::optional<std::string> expose(std::uint64_t token, void* data, std::size_t bytes,
+                                            std::string* why) = 0;
+  // Owner: the region is no longer reachable (its registration is released).
+  virtual void conceal(std::uint64_t token) = 0;
+  // Initiator: takes `peer`'s packed key of region `token`; false with `why` if unusable.
+  virtual bool accept_key(int peer, std::uint64_t token, const std::string& packed,
+                          std::string* why) = 0;
+  virtual void forget_key(int peer, std::uint64_t token) = 0;
+  // Initiator: `bytes` between `local` and address `remote` in `peer`'s region `token` (a key
+  // accepted before). `done` as for post_send: a put's buffer may be reused, a get's bytes are
+  // in place.
+  virtual void put(int peer, std::uint64_t token, const void* local, std::size_t bytes,
+                   std::uint64_t remote, SendDone done) = 0;
+  virtual void get(int peer, std::uint64_t token, void* local, std::size_t bytes,
+                   std::uint64_t remote, SendDone done) = 0;
+  // Completes when every put and get issued to `peer` before it is complete at the target.
+  virtual void flush(int peer, SendDone done) = 0;
+};
+
 // Memory of this rank that its same-host peers map (shared memory): only this rank writes
 // it, peers read it at any time. The collectives layer publishes small contributions there
 // and synchronises through flags in it, with no message at all.
@@ -174,6 +205,9 @@ class Transport {
   // One-sided reads of `peer`'s memory, if this transport offers them for that peer; the object
   // lives as long as the transport.
   virtual const PeerMemory* peer_memory(int /*peer*/) const { return nullptr; }
+  // Native one-sided access to `peer`'s registered memory, if this transport offers it for
+  // that peer (null: the p2p layer emulates put and get with frames).
+  virtual RemoteAccess* remote_access(int /*peer*/) { return nullptr; }
   // This rank's shared area (empty if the transport has none), and `peer`'s as mapped here
   // (read-only, the same size; null when the transport has none for that peer).
   virtual SharedArea own_area() { return {}; }

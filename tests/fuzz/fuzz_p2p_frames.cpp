@@ -10,8 +10,8 @@
 //             payload u16 (capped by what the input has left; the rest zeros), may_defer byte
 //   2 isend   tag byte, bytes u16 << (byte & 7) (rendezvous above 64 KiB)
 //   3 progress
-//   4 region  bytes u16: rank 0 registers a region (frames of type put/get with a tag byte
-//             < 0x80 name one of them, else the tag is a u64)
+//   4 region  bytes u16: rank 0 registers a region (frames of type put/get and the key frames
+//             with a tag byte < 0x80 name one of them, else the tag is a u64)
 //   5 rma     bit 0: get, else put; bytes u16; offset u16: to a made-up region of rank 1
 //             (emulated: the input's frames answer it)
 #include <cstddef>
@@ -117,13 +117,15 @@ struct Region {
 void deliver(p2p::Messenger& m, Input& in, const std::vector<Posted>& ours,
              const std::vector<Region>& regions) {
   FrameHeader h;
-  h.type = in.u8() % 10;  // the eight p2p types, and two that are none
+  h.type = in.u8() % 14;  // the twelve p2p types, and two that are none
   h.flags = in.u8();
   const std::uint8_t tag = in.u8();
-  const bool rma = h.type == 5 || h.type == 7;  // put, get: the tag is a region's token
-  h.tag = !rma                                      ? tag % 4u
+  // put, get and the key frames (key_request, key_withdraw, key_withdrawn): the tag is a
+  // region's token
+  const bool rma = h.type == 5 || h.type == 7 || h.type == 9 || h.type == 11 || h.type == 12;
+  h.tag = !rma                             ? tag % 4u
           : tag < 0x80 && !regions.empty() ? regions[tag % regions.size()].key.token
-                                                    : in.uint(8);
+                                           : in.uint(8);
   const std::uint8_t pick = in.u8();
   h.id = pick < 0x80 && !ours.empty() ? ours[pick % ours.size()].request->id : in.uint(8);
   h.arg = in.uint(8);

@@ -169,7 +169,7 @@ p2p = {
     "cts-for-our-send": isend(1, 0x8000, 2) + frame(3, ours=0, arg=5) + PROGRESS,
     "cts-reject": isend(1, 0x8000, 2) + frame(3, ours=0, arg=10, flags=1) + PROGRESS,
     "cts-unknown-id": frame(3, fid=12345, arg=1) + PROGRESS,
-    "unknown-type": frame(9, payload=b"???") + PROGRESS,
+    "unknown-type": frame(13, payload=b"???") + PROGRESS,
     # One-sided: peers' puts and gets into a region of ours (tag 0: our first region), and
     # answers to our own puts and gets (emulated over the in-process transport).
     "put-into-region": region(4096) + frame(5, tag=0, fid=1, arg=100, payload=b"p" * 200) +
@@ -183,6 +183,16 @@ p2p = {
     "our-put-acked": rma(False, 500) + frame(6, ours=0, arg=500) + PROGRESS,
     "our-put-over-acked": rma(False, 500) + frame(6, ours=0, arg=5000) + PROGRESS,
     "deferred": irecv(0, 16) + frame(1, tag=1, payload=b"x" * 50, defer=1) + PROGRESS,
+    # Native keys (one_sided_native.cpp): a request for a region (the in-process transport has
+    # no native path: refused), a reply nobody asked for, replies of bad sizes, a withdrawal
+    # of a key never handed out, a stray acknowledgement.
+    "key-request": region(64) + frame(9, tag=0) + PROGRESS,
+    "key-request-unknown": frame(9, tag=0xff) + PROGRESS,
+    "key-reply-unasked": frame(10, tag=0xff, payload=struct.pack("<QQ", 0x1000, 64) + b"k" * 40),
+    "key-reply-short": frame(10, tag=3, payload=b"x" * 8),
+    "key-reply-refused": frame(10, tag=3, flags=1) + frame(10, tag=3, flags=9),
+    "key-withdraw": region(64) + frame(11, tag=0) + PROGRESS,
+    "key-withdrawn-stray": frame(12, tag=0xff) + frame(12, tag=0, payload=b"z"),
 }
 for name, data in p2p.items():
     write("fuzz_p2p_frames", name, data)

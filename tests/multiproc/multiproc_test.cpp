@@ -304,6 +304,13 @@ TEST(MultiprocKill, OneSidedThreeRanksUcx) {
   UCX_ONLY();
   kill_one_rank(3, ucx_shm, {}, "rma_kill");
 }
+// UCX's native RMA (ANVIEW_UCX_RMA=native) to ranks on other hosts: the gets from the victim
+// fail through UCX's endpoint error.
+TEST(MultiprocKill, OneSidedThreeRanksUcxNative) {
+  UCX_ONLY();
+  kill_one_rank(3, {"ANVIEW_TRANSPORTS=ucx", "UCX_TLS=tcp", "ANVIEW_UCX_RMA=native"},
+                {"--hosts", "3"}, "rma_kill");
+}
 
 }  // namespace
 

@@ -2026,6 +2026,22 @@ std::string one_sided(Job& job) {
               " returned other bytes");
     }
   }
+  // ANVIEW_UCX_RMA=native with the next rank on another host: every put and get above went
+  // through UCX's RMA, not frames.
+  const char* rma_mode = std::getenv("ANVIEW_UCX_RMA");
+  if (rma_mode != nullptr && std::string(rma_mode) == "native" &&
+      job.comm().describe_peer(next).find("cross-memory attach") == std::string::npos) {
+    require(job.comm().describe_peer(next).find("one-sided: UCX RMA") != std::string::npos, "rank ",
+            next, " is not reached through UCX's RMA: ", job.comm().describe_peer(next));
+    double native = 0;
+    const auto metrics = nlohmann::json::parse(anview::metrics_json());
+    for (const auto& m : metrics["metrics"])
+      if (m["name"] == "anview_rma_native_operations_total" &&
+          m["labels"].value("peer", "") == std::to_string(next))
+        native += m["value"].get<double>();
+    require(native >= 4.0 * static_cast<double>(sizes.size()), "only ", native,
+            " native puts and gets to rank ", next);
+  }
   job.barrier(n);
   // What the previous rank put here, in both regions.
   for (const char* base :

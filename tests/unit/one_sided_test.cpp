@@ -1,5 +1,7 @@
 // One-sided put/get/flush, thread-per-rank, on every path: shm with cross-memory attach
-// (direct), shm without it and TCP (emulated with frames), in-process, and a rank to itself.
+// (direct), shm without it and TCP (emulated with frames), in-process, a rank to itself, and
+// UCX's native RMA between ranks on separate emulated hosts (over UCX's TCP: ranks on other
+// hosts cannot use its shared memory, and same-host ranks take the direct paths).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,6 +9,9 @@
 #include <cstring>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "anview/metrics.hpp"
 #include "support/expect_error.hpp"
 #include "support/scoped_env.hpp"
 #include "support/thread_ranks.hpp"
@@ -25,13 +30,36 @@ struct Path {
   const char* name;
   const char* transports;
   const char* cma;
+  const char* ucx_tls = "";  // set: UCX's RMA (ANVIEW_UCX_RMA=native) over these UCX devices,
+                             // each rank on a host of its own
 };
 
 class OneSided : public ::testing::TestWithParam<Path> {
  protected:
+  bool native() const { return *GetParam().ucx_tls != '\0'; }
+  // run_ranks, with a host per rank on the native paths.
+  void run(int ranks, const std::function<void(Communicator&)>& fn) {
+    if (!native()) return run_ranks(ranks, fn);
+    run_ranks(ranks, fn, std::chrono::seconds(20),
+              [](int r) { return "host" + std::to_string(r); });
+  }
+
   ScopedEnv transports_{"ANVIEW_TRANSPORTS", GetParam().transports};
   ScopedEnv cma_{"ANVIEW_SHM_CMA", GetParam().cma};
+  ScopedEnv tls_{"UCX_TLS", native() ? GetParam().ucx_tls : "all"};
+  ScopedEnv rma_{"ANVIEW_UCX_RMA", native() ? "native" : "auto"};
 };
+
+// This rank's puts and gets that went through the transport's native path, so far.
+double native_operations(const Communicator& comm) {
+  const auto j = nlohmann::json::parse(anview::metrics_json());
+  double total = 0;
+  for (const auto& m : j["metrics"])
+    if (m["name"] == "anview_rma_native_operations_total" &&
+        m["labels"].value("rank", "") == std::to_string(comm.rank()))
+      total += m["value"].get<double>();
+  return total;
+}
 
 // Waits until every other rank is past its puts into this rank's memory. A barrier would do,
 // but ThreadSanitizer cannot follow its same-host path (flags in shared memory that each rank
@@ -62,7 +90,7 @@ std::vector<RemoteKey> exchange_keys(Communicator& comm, const MemoryRegion& reg
 
 TEST_P(OneSided, PutThenGetEverySizeClass) {
   const std::vector<std::size_t> sizes = {1, 8, 4096, 65537, (1u << 20) + 3, 5u << 20};
-  run_ranks(3, [&](Communicator& comm) {
+  run(3, [&](Communicator& comm) {
     constexpr std::size_t slot = 6u << 20;
     std::vector<unsigned char> memory(slot * static_cast<std::size_t>(comm.size()), 0);
     MemoryRegion region = comm.register_memory(memory.data(), memory.size());
@@ -90,7 +118,7 @@ TEST_P(OneSided, PutThenGetEverySizeClass) {
 }
 
 TEST_P(OneSided, AllocatedRegionsWorkLikeRegisteredOnes) {
-  run_ranks(2, [&](Communicator& comm) {
+  run(2, [&](Communicator& comm) {
     constexpr std::size_t bytes = 3u << 20;
     MemoryRegion region = comm.allocate_memory(bytes);
     ASSERT_EQ(region.size(), bytes);
@@ -125,7 +153,7 @@ TEST_P(OneSided, AllocatedRegionsWorkLikeRegisteredOnes) {
 }
 
 TEST_P(OneSided, ManyOutstandingPutsThenOneFlush) {
-  run_ranks(2, [&](Communicator& comm) {
+  run(2, [&](Communicator& comm) {
     constexpr std::size_t count = 2000;
     std::vector<std::uint64_t> memory(count, 0);
     MemoryRegion region = comm.register_memory(memory.data(), memory.size() * 8);
@@ -151,7 +179,7 @@ TEST_P(OneSided, ManyOutstandingPutsThenOneFlush) {
 
 TEST_P(OneSided, OwnerServesWithoutMakingAnyCall) {
   std::atomic<bool> finished{false};
-  run_ranks(2, [&](Communicator& comm) {
+  run(2, [&](Communicator& comm) {
     std::vector<unsigned char> memory(3u << 20);
     for (std::size_t i = 0; i < memory.size(); ++i) memory[i] = static_cast<unsigned char>(i * 7);
     MemoryRegion region = comm.register_memory(memory.data(), memory.size());
@@ -178,7 +206,7 @@ TEST_P(OneSided, OwnerServesWithoutMakingAnyCall) {
 }
 
 TEST_P(OneSided, RangesOutsideTheRegionFailAtTheCall) {
-  run_ranks(2, [&](Communicator& comm) {
+  run(2, [&](Communicator& comm) {
     std::vector<unsigned char> memory(100, 0x11);
     MemoryRegion region = comm.register_memory(memory.data(), memory.size());
     const auto keys = exchange_keys(comm, region);
@@ -203,7 +231,7 @@ TEST_P(OneSided, RangesOutsideTheRegionFailAtTheCall) {
 }
 
 TEST_P(OneSided, StaleKeysAreRejectedAndNothingIsWritten) {
-  run_ranks(2, [&](Communicator& comm) {
+  run(2, [&](Communicator& comm) {
     std::vector<unsigned char> memory(1u << 20, 0x22);
     MemoryRegion region = comm.register_memory(memory.data(), memory.size());
     const auto keys = exchange_keys(comm, region);
@@ -231,7 +259,7 @@ TEST_P(OneSided, StaleKeysAreRejectedAndNothingIsWritten) {
 }
 
 TEST_P(OneSided, AFlushReportsTheFailureOfAnOperationItCovers) {
-  run_ranks(2, [&](Communicator& comm) {
+  run(2, [&](Communicator& comm) {
     std::vector<unsigned char> memory(4096, 0);
     MemoryRegion region = comm.register_memory(memory.data(), memory.size());
     const auto keys = exchange_keys(comm, region);
@@ -248,7 +276,7 @@ TEST_P(OneSided, AFlushReportsTheFailureOfAnOperationItCovers) {
 }
 
 TEST_P(OneSided, ARankReachesItsOwnRegion) {
-  run_ranks(1, [&](Communicator& comm) {
+  run(1, [&](Communicator& comm) {
     std::vector<unsigned char> memory(1000, 0);
     MemoryRegion region = comm.register_memory(memory.data(), memory.size());
     const auto data = make_payload(0, 1, 500);
@@ -266,10 +294,58 @@ TEST_P(OneSided, ARankReachesItsOwnRegion) {
   });
 }
 
+TEST_P(OneSided, DeregisteringWithdrawsAKeyInUse) {
+  // Rank 1 writes into rank 0's region, which then goes away while rank 1 still holds its key
+  // (natively: the owner has every holder drop the key and flush before it releases the
+  // registration). Rank 1's next put is refused, and nothing more is written.
+  run(2, [&](Communicator& comm) {
+    std::vector<unsigned char> memory(1u << 20, 0x44);
+    MemoryRegion region = comm.register_memory(memory.data(), memory.size());
+    const auto keys = exchange_keys(comm, region);
+    const auto out = make_payload(1, 3, 200000);
+    if (comm.rank() == 1) {
+      comm.put(out.data(), out.size(), keys[0], 100).wait();
+      comm.flush(0).wait();
+      if (native()) {
+        EXPECT_NE(comm.describe_peer(0).find("one-sided: UCX RMA"), std::string::npos)
+            << comm.describe_peer(0);
+        EXPECT_GE(native_operations(comm), 1.0);
+      }
+    }
+    others_are_done(comm);
+    if (comm.rank() == 0) {
+      EXPECT_TRUE(payload_ok(memory.data() + 100, 1, 3, out.size()));
+      region.deregister();  // rank 1 holds the key (native): withdrawn first
+      std::fill(memory.begin(), memory.end(), 0x55);
+    }
+    others_are_done(comm);
+    if (comm.rank() == 1) {
+      const Error stale =
+          expect_error([&] { comm.put(out.data(), out.size(), keys[0], 100).wait(); });
+      EXPECT_EQ(stale.kind(), ErrorKind::usage);
+      EXPECT_EQ(stale.peer(), 0);
+      EXPECT_NE(stale.cause().find("no region registered under this key"), std::string::npos)
+          << stale.what();
+      std::vector<unsigned char> in(64);
+      EXPECT_EQ(expect_error([&] { comm.get(in.data(), in.size(), keys[0]).wait(); }).kind(),
+                ErrorKind::usage);
+    }
+    others_are_done(comm);
+    if (comm.rank() == 0) {
+      for (unsigned char b : memory) ASSERT_EQ(b, 0x55);  // nothing written after the release
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, OneSided,
                          ::testing::Values(Path{"shm", "shm,tcp", "1"},
                                            Path{"shm_ring", "shm,tcp", "0"},
-                                           Path{"tcp", "tcp", "1"}, Path{"inproc", "inproc", "1"}),
+                                           Path{"tcp", "tcp", "1"}, Path{"inproc", "inproc", "1"}
+#if defined(ANVIEW_HAVE_UCX)
+                                           ,
+                                           Path{"ucx_rma_tcp", "ucx", "1", "tcp"}
+#endif
+                                           ),
                          [](const auto& p) { return std::string(p.param.name); });
 
 TEST(RemoteKey, PacksAndRefusesGarbage) {

@@ -16,6 +16,7 @@ struct Connection::SendOp {
   Connection* conn = nullptr;
   std::size_t index = 0;  // in conn->sends_
   SendDone done;
+  const char* operation = "send";                     // what UCX failed, for the error
   alignas(8) unsigned char header[sizeof(AmHeader)];  // UCX reads it until completion
 };
 
@@ -30,6 +31,11 @@ struct Connection::RecvOp {
 Connection::Connection(UcxTransport& owner, int peer) : owner_(owner), peer_(peer) {}
 
 Connection::~Connection() = default;
+
+void Connection::drop_keys() {
+  for (auto& [token, rkey] : rkeys_) ucp_rkey_destroy(rkey);
+  rkeys_.clear();
+}
 
 Error Connection::link_error(const std::string& operation, const std::string& cause,
                              ErrorKind kind) const {
@@ -99,6 +105,83 @@ ucs_status_ptr_t Connection::post(unsigned id, SendOp* op, std::size_t header_by
   return request;
 }
 
+bool Connection::accept_key(std::uint64_t token, const std::string& packed, std::string* why) {
+  if (!open()) {
+    if (why) *why = "the endpoint is closed";
+    return false;
+  }
+  ucp_rkey_h rkey = nullptr;
+  const ucs_status_t status = ucp_ep_rkey_unpack(ep_, packed.data(), &rkey);
+  if (status != UCS_OK) {
+    if (why) *why = "ucp_ep_rkey_unpack: " + status_text(status);
+    return false;
+  }
+  auto [it, added] = rkeys_.emplace(token, rkey);
+  if (!added) {  // the same region's key again: keep the one operations may be using
+    ucp_rkey_destroy(rkey);
+  }
+  return true;
+}
+
+void Connection::forget_key(std::uint64_t token) {
+  auto it = rkeys_.find(token);
+  if (it == rkeys_.end()) return;
+  ucp_rkey_destroy(it->second);
+  rkeys_.erase(it);
+}
+
+void Connection::rma(bool put, std::uint64_t token, void* local, std::size_t bytes,
+                     std::uint64_t remote, SendDone done) {
+  const char* operation = put ? "put" : "get";
+  if (!open()) {
+    const Error error = error_ ? *error_ : link_error(operation, "the endpoint is closed");
+    if (done) done(&error);
+    return;
+  }
+  auto it = rkeys_.find(token);
+  if (it == rkeys_.end()) {
+    const Error error = link_error(operation,
+                                   "no key of region " + std::to_string(token) + " of rank " +
+                                       std::to_string(peer_) + " was accepted here",
+                                   ErrorKind::internal);
+    if (done) done(&error);
+    return;
+  }
+  SendOp* op = new_send(std::move(done));
+  op->operation = operation;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &Connection::send_done;
+  param.user_data = op;
+  const ucs_status_ptr_t request = put ? ucp_put_nbx(ep_, local, bytes, remote, it->second, &param)
+                                       : ucp_get_nbx(ep_, local, bytes, remote, it->second, &param);
+  if (request == nullptr) {
+    finish_send(op, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(request)) {
+    finish_send(op, UCS_PTR_STATUS(request));
+  }
+}
+
+void Connection::flush(SendDone done) {
+  if (!open()) {
+    const Error error = error_ ? *error_ : link_error("flush", "the endpoint is closed");
+    if (done) done(&error);
+    return;
+  }
+  SendOp* op = new_send(std::move(done));
+  op->operation = "flush";
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &Connection::send_done;
+  param.user_data = op;
+  const ucs_status_ptr_t request = ucp_ep_flush_nbx(ep_, &param);
+  if (request == nullptr) {
+    finish_send(op, UCS_OK);
+  } else if (UCS_PTR_IS_ERR(request)) {
+    finish_send(op, UCS_PTR_STATUS(request));
+  }
+}
+
 void Connection::send_done(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<SendOp*>(user_data);
   ucp_request_free(request);
@@ -120,8 +203,9 @@ void Connection::finish_send(SendOp* op, ucs_status_t status) {
   }
   const Error error =
       error_ ? *error_
-             : link_error("send", "UCX failed the send to rank " + std::to_string(peer_) + ": " +
-                                      status_text(status));
+             : link_error(owned->operation, "UCX failed the " + std::string(owned->operation) +
+                                                " with rank " + std::to_string(peer_) + ": " +
+                                                status_text(status));
   owned->done(&error);
 }
 

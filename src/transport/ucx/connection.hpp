@@ -9,10 +9,12 @@
 
 #include <ucp/api/ucp.h>
 
+#include <cstdint>
 #include <list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/process_watch.hpp"
@@ -53,6 +55,16 @@ class Connection {
   void send(const FrameHeader& header, const void* payload, Ordering ordering, SendDone done);
   bool try_send_now(const FrameHeader& header, const void* payload);
   void say_goodbye(int own_rank);
+
+  // Native one-sided access (transport.hpp, RemoteAccess): the peer's packed keys, unpacked
+  // on this endpoint, by region token; put/get/flush through UCP's RMA. Each completes through
+  // `done` like a send, and fails like one when the endpoint fails.
+  bool accept_key(std::uint64_t token, const std::string& packed, std::string* why);
+  void forget_key(std::uint64_t token);
+  void drop_keys();  // every key (before the worker goes; nothing may be using them)
+  void rma(bool put, std::uint64_t token, void* local, std::size_t bytes, std::uint64_t remote,
+           SendDone done);
+  void flush(SendDone done);
 
   // An active message carrying a frame of this peer (inside ucp_worker_progress). Returns what
   // the UCX receive callback returns.
@@ -115,6 +127,7 @@ class Connection {
   bool transient_handed_over_ = false;
   std::vector<std::unique_ptr<SendOp>> sends_;
   std::vector<std::unique_ptr<RecvOp>> receives_;
+  std::unordered_map<std::uint64_t, ucp_rkey_h> rkeys_;
 };
 
 }  // namespace anview::transport::ucx

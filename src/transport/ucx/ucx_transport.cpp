@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/config.hpp"
 #include "base/limits.hpp"
 #include "base/log.hpp"
 
@@ -14,6 +15,22 @@ namespace {
 // arming makes senders signal us (a system call per message on shared memory), so a waiter
 // that is about to be answered spins a little first.
 constexpr unsigned arm_after_idle_rounds = 1024;
+
+const base::Setting rma_setting(
+    "ucx", "ANVIEW_UCX_RMA", "auto",
+    "One-sided put/get to peers on other hosts over ucx: native (UCP RMA on memory registered "
+    "with UCX), frames (active messages served by the owner's progress), or auto (native where "
+    "UCX drives an RDMA device)");
+
+bool native_rma_wanted(bool rdma) {
+  const std::string mode = rma_setting.value();
+  if (mode == "native") return true;
+  if (mode == "frames") return false;
+  if (mode == "auto") return rdma;
+  throw Error(ErrorKind::usage,
+              {.operation = "configure",
+               .cause = "ANVIEW_UCX_RMA=" + mode + " is not one of native, frames, auto"});
+}
 
 template <typename T>
 bool read_header(const void* header, std::size_t header_bytes, T& out) {
@@ -87,7 +104,8 @@ UcxTransport::UcxTransport(const TransportContext& context, bool forced)
       max_frame_(base::limits::max_frame_bytes()),
       worker_(std::make_unique<Worker>()),
       peers_(static_cast<std::size_t>(context.world_size)),
-      rdma_(rdma_present(nullptr)) {
+      rdma_(rdma_present(nullptr)),
+      native_rma_(native_rma_wanted(rdma_)) {
   if (!worker_->valid()) {
     unusable_ = worker_->error();
     return;
@@ -131,6 +149,10 @@ UcxTransport::~UcxTransport() {
   }
   for (void* request : close_requests_) ucp_request_free(request);
   close_requests_.clear();
+  for (auto& link : peers_)
+    if (link.conn) link.conn->drop_keys();
+  for (auto& [token, memh] : exposed_) ucp_mem_unmap(worker_->context(), memh);
+  exposed_.clear();
   worker_.reset();  // before the connections: UCX calls back into them until here
 }
 
@@ -533,6 +555,77 @@ const PeerMemory* UcxTransport::peer_memory(int peer) const {
   return l.conn && !l.conn->failed() ? l.memory.get() : nullptr;
 }
 
+RemoteAccess* UcxTransport::remote_access(int peer) {
+  if (!native_rma_ || peer_memory(peer) != nullptr) return nullptr;
+  const Connection* conn = link(peer);
+  return conn != nullptr && conn->open() ? this : nullptr;
+}
+
+std::optional<std::string> UcxTransport::expose(std::uint64_t token, void* data, std::size_t bytes,
+                                                std::string* why) {
+  ucp_mem_h memh = nullptr;
+  if (auto it = exposed_.find(token); it != exposed_.end()) {
+    memh = it->second;
+  } else {
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = data;
+    params.length = bytes;
+    const ucs_status_t status = ucp_mem_map(worker_->context(), &params, &memh);
+    if (status != UCS_OK) {
+      if (why) *why = "ucp_mem_map of " + std::to_string(bytes) + " bytes: " + status_text(status);
+      return std::nullopt;
+    }
+    exposed_.emplace(token, memh);
+  }
+  void* buffer = nullptr;
+  std::size_t buffer_bytes = 0;
+  const ucs_status_t status = ucp_rkey_pack(worker_->context(), memh, &buffer, &buffer_bytes);
+  if (status != UCS_OK) {
+    if (why) *why = "ucp_rkey_pack: " + status_text(status);
+    return std::nullopt;
+  }
+  std::string packed(static_cast<const char*>(buffer), buffer_bytes);
+  ucp_rkey_buffer_release(buffer);
+  return packed;
+}
+
+void UcxTransport::conceal(std::uint64_t token) {
+  auto it = exposed_.find(token);
+  if (it == exposed_.end()) return;
+  ucp_mem_unmap(worker_->context(), it->second);
+  exposed_.erase(it);
+}
+
+bool UcxTransport::accept_key(int peer, std::uint64_t token, const std::string& packed,
+                              std::string* why) {
+  Connection* conn = link(peer);
+  if (conn == nullptr) {
+    if (why) *why = "no endpoint to rank " + std::to_string(peer);
+    return false;
+  }
+  return conn->accept_key(token, packed, why);
+}
+
+void UcxTransport::forget_key(int peer, std::uint64_t token) {
+  if (Connection* conn = link(peer)) conn->forget_key(token);
+}
+
+void UcxTransport::put(int peer, std::uint64_t token, const void* local, std::size_t bytes,
+                       std::uint64_t remote, SendDone done) {
+  // UCX reads the buffer; its API takes a non-const pointer for both directions.
+  link(peer)->rma(true, token, const_cast<void*>(local), bytes, remote, std::move(done));
+}
+
+void UcxTransport::get(int peer, std::uint64_t token, void* local, std::size_t bytes,
+                       std::uint64_t remote, SendDone done) {
+  link(peer)->rma(false, token, local, bytes, remote, std::move(done));
+}
+
+void UcxTransport::flush(int peer, SendDone done) {
+  link(peer)->flush(std::move(done));
+}
+
 std::string UcxTransport::describe_peer(int peer) const {
   const Connection* conn = link(peer);
   if (conn == nullptr) return "ucx (not connected)";
@@ -540,7 +633,11 @@ std::string UcxTransport::describe_peer(int peer) const {
   const std::string lanes = conn->transports();
   text += lanes.empty() ? "" : " " + lanes;
   text += " (UCX_TLS=" + worker_->tls() + ")";
-  if (peers_[static_cast<std::size_t>(peer)].memory) text += "; its memory: cross-memory attach";
+  if (peers_[static_cast<std::size_t>(peer)].memory) {
+    text += "; its memory: cross-memory attach";
+  } else {
+    text += native_rma_ ? "; one-sided: UCX RMA" : "; one-sided: frames";
+  }
   if (conn->failed()) text += " (closed)";
   return text;
 }

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "transport/cross_memory.hpp"
@@ -26,7 +27,7 @@
 
 namespace anview::transport::ucx {
 
-class UcxTransport final : public Transport, private base::FdHandler {
+class UcxTransport final : public Transport, public RemoteAccess, private base::FdHandler {
  public:
   // `forced`: the user named ucx in ANVIEW_TRANSPORTS, so it serves peers without RDMA too.
   UcxTransport(const TransportContext& context, bool forced);
@@ -50,6 +51,24 @@ class UcxTransport final : public Transport, private base::FdHandler {
   // Same-host peers whose memory cross-memory attach reaches: collectives read it directly
   // and one-sided operations copy into it, as over shm.
   const PeerMemory* peer_memory(int peer) const override;
+  // UCP's own RMA for the peers on other hosts (where same-host access does not serve them),
+  // when ANVIEW_UCX_RMA says so: "native" always, "auto" where UCX drives an RDMA device (over
+  // UCX's TCP its RMA is emulated by UCX itself and Anview's frames are much faster).
+  RemoteAccess* remote_access(int peer) override;
+
+  // RemoteAccess (transport.hpp): regions registered with ucp_mem_map, keys from
+  // ucp_rkey_pack, put/get/flush with ucp_put_nbx, ucp_get_nbx and ucp_ep_flush_nbx.
+  std::optional<std::string> expose(std::uint64_t token, void* data, std::size_t bytes,
+                                    std::string* why) override;
+  void conceal(std::uint64_t token) override;
+  bool accept_key(int peer, std::uint64_t token, const std::string& packed,
+                  std::string* why) override;
+  void forget_key(int peer, std::uint64_t token) override;
+  void put(int peer, std::uint64_t token, const void* local, std::size_t bytes,
+           std::uint64_t remote, SendDone done) override;
+  void get(int peer, std::uint64_t token, void* local, std::size_t bytes, std::uint64_t remote,
+           SendDone done) override;
+  void flush(int peer, SendDone done) override;
 
   // Whether ucx belongs in the default transport list here: UCX sees an RDMA device. Cheap
   // when the machine has no RDMA hardware at all (/sys/class/infiniband is empty).
@@ -97,7 +116,9 @@ class UcxTransport final : public Transport, private base::FdHandler {
   std::unique_ptr<Worker> worker_;
   std::string unusable_;  // why the transport cannot run here (empty: it can)
   std::vector<PeerLink> peers_;
-  bool rdma_ = false;  // UCX drives an RDMA device here (rdma_present(), once)
+  bool rdma_ = false;        // UCX drives an RDMA device here (rdma_present(), once)
+  bool native_rma_ = false;  // remote_access() for peers on other hosts (ANVIEW_UCX_RMA)
+  std::unordered_map<std::uint64_t, ucp_mem_h> exposed_;  // by region token
   std::vector<void*> close_requests_;
   alignas(8) std::uint64_t probe_ = probe_value;  // read by same-host peers to test CMA
   unsigned idle_rounds_ = 0;
