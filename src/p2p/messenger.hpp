@@ -292,7 +292,8 @@ class Messenger final : public transport::FrameSink,
   bool take_driver_role();
   void release_driver_role();  // wakes threads sleeping on cv_
   // One round of progress as the driver; sleeps up to sleep_ms when idle.
-  void drive(int sleep_ms);
+  // `polled`: a program's progress() or test(), not a waiter's spin.
+  void drive(int sleep_ms, bool polled = false);
 
   MessengerConfig config_;
   mutable std::mutex mu_;
@@ -301,7 +302,8 @@ class Messenger final : public transport::FrameSink,
   bool pollers_busy_ = true;          // the driver's: pollers had work on the last round
   unsigned rounds_to_fd_check_ = 1;   // the driver's: rounds until epoll is polled again
   unsigned fd_check_every_ = 1;       // such rounds poll epoll once per this many
-  std::atomic<int> sleepers_{0};      // threads sleeping on cv_ (incremented under mu_)
+  base::Clock::time_point last_fd_check_{};  // the driver's: when epoll was last polled
+  std::atomic<int> sleepers_{0};             // threads sleeping on cv_ (incremented under mu_)
 
   base::ProgressEngine engine_;
   std::unique_ptr<transport::Transport> self_;
