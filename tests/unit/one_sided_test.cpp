@@ -4,6 +4,7 @@
 // hosts cannot use its shared memory, and same-host ranks take the direct paths).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -335,6 +336,44 @@ TEST_P(OneSided, DeregisteringWithdrawsAKeyInUse) {
       for (unsigned char b : memory) ASSERT_EQ(b, 0x55);  // nothing written after the release
     }
   });
+}
+
+TEST_P(OneSided, DeregisteringGivesUpOnAHolderThatDoesNotAnswer) {
+  // Native only: rank 1 holds rank 0's key, then makes no Anview call for a while (and has no
+  // background progress: it registered nothing). Rank 0's deregistration waits for the
+  // withdrawal up to the communicator's timeout, not forever, and the region is gone after.
+  if (!native()) GTEST_SKIP() << "no key to withdraw on this path";
+  std::atomic<bool> deregistered{false};
+  run_ranks(
+      2,
+      [&](Communicator& comm) {
+        std::vector<unsigned char> memory(4096, 0);
+        MemoryRegion region;
+        if (comm.rank() == 0) region = comm.register_memory(memory.data(), memory.size());
+        std::array<std::byte, RemoteKey::packed_bytes> packed{};
+        if (comm.rank() == 0) packed = region.key().pack();
+        comm.broadcast(packed.data(), packed.size(), DataType::uint8, 0);
+        const RemoteKey key = RemoteKey::unpack(packed);
+        if (comm.rank() == 1) {
+          const unsigned char byte = 7;
+          comm.put(&byte, 1, key, 0).wait();
+          comm.flush(0).wait();
+          comm.send(&byte, 1, 0, Tag{1});
+          while (!deregistered.load()) std::this_thread::sleep_for(10ms);  // no progress here
+        } else {
+          unsigned char in = 0;
+          comm.recv(&in, 1, 1, Tag{1});
+          EXPECT_EQ(memory[0], 7);
+          const auto start = std::chrono::steady_clock::now();
+          region.deregister();
+          const auto waited = std::chrono::steady_clock::now() - start;
+          deregistered.store(true);
+          EXPECT_GE(waited, 1500ms);
+          EXPECT_LT(waited, 10s);
+        }
+        comm.barrier();
+      },
+      std::chrono::seconds(2), [](int r) { return "host" + std::to_string(r); });
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, OneSided,
