@@ -455,23 +455,17 @@ void Messenger::drive(int sleep_ms, bool polled) {
   // One lock round per call: sleep in epoll without the lock, then dispatch what came and run
   // the pollers together. Pollers with work left keep the next call from sleeping.
   // A round that may not sleep skips the epoll_wait system call unless file descriptors carry
-  // peer traffic (shm rings need none; a peer's exit or a cross-thread wakeup waits a few
-  // rounds at most).
+  // peer traffic (shm rings need none): then epoll is polled once per fd_check_every_ rounds,
+  // and by a program's own polling (progress(), test()), which may call rarely, whenever
+  // polled_fd_check_interval has passed.
   const int timeout = pollers_busy_ ? 0 : sleep_ms;
-  bool check_fds = timeout != 0;
-  if (--rounds_to_fd_check_ == 0) {
+  const bool check_fds =
+      timeout != 0 || --rounds_to_fd_check_ == 0 ||
+      (polled && base::Clock::now() - last_fd_check_ >= polled_fd_check_interval);
+  if (check_fds) {
     rounds_to_fd_check_ = fd_check_every_;
-    check_fds = true;
-  } else if (polled && !check_fds) {
-    // A program's own polling loop (progress(), test()) may call rarely: it gets the fds
-    // looked at too, once per interval however few its calls.
-    const auto now = base::Clock::now();
-    if (now - last_fd_check_ >= polled_fd_check_interval) {
-      check_fds = true;
-      rounds_to_fd_check_ = fd_check_every_;
-    }
+    if (fd_check_every_ > 1) last_fd_check_ = base::Clock::now();
   }
-  if (check_fds && fd_check_every_ > 1) last_fd_check_ = base::Clock::now();
   // The common spinning round: no fd check due and the pollers say (lock-free) that they have
   // nothing to do, so the lock round is skipped: a waiter spins on a few atomics only.
   if (!check_fds && !engine_.pollers_may_have_work()) return;

@@ -202,10 +202,11 @@ class Messenger final : public transport::FrameSink,
     // learnt here, by token; whether native operations were issued since the last flush; the
     // payload of the key_reply arriving.
     struct NativeKey {
-      bool ready = false;    // false: asked for, the reply is still to come
-      bool emulate = false;  // the owner could not expose it natively: frames instead
-      transport::RemoteAccess* access = nullptr;  // that accepted the key (ready, native)
-      std::uint64_t address = 0, bytes = 0;       // the region, as the owner registered it
+      bool ready = false;  // false: asked for, the reply is still to come
+      // That accepted the key; null once ready: frames instead (the owner could not expose
+      // the region natively, or the key was not usable here).
+      transport::RemoteAccess* access = nullptr;
+      std::uint64_t address = 0, bytes = 0;  // the region, as the owner registered it
       struct Waiting {
         RequestPtr op;
         RemoteKey key;
@@ -258,6 +259,8 @@ class Messenger final : public transport::FrameSink,
   std::optional<Error> mapped_rma(RequestImpl& op, char* segment, const RemoteKey& key,
                                   std::uint64_t offset);
   Error rma_error(const RequestImpl& op, ErrorKind kind, std::string cause) const;
+  static const char* rma_name(RequestImpl::Kind kind);  // "put", "get", "flush"
+  static std::string stale_cause(int owner);            // a key whose region is gone
   // Native one-sided access (one_sided_native.cpp), mu_ held.
   void native_rma(const RequestPtr& op, const RemoteKey& key, std::uint64_t offset);
   void post_native(const RequestPtr& op, const RemoteKey& key, std::uint64_t offset,

@@ -23,17 +23,6 @@
 namespace anview::p2p {
 namespace {
 
-const char* rma_name(RequestImpl::Kind kind) {
-  switch (kind) {
-    case RequestImpl::Kind::put:
-      return "put";
-    case RequestImpl::Kind::get:
-      return "get";
-    default:
-      return "flush";
-  }
-}
-
 // How long the background thread sleeps in the kernel when idle, and how long it stays out of
 // the way after a thread of the rank asked for the driver role.
 constexpr int background_sleep_ms = 50;
@@ -58,12 +47,6 @@ void copy_in_pieces(char* to, const char* from, std::size_t bytes) {
     std::memcpy(to + done, from + done, std::min(copy_piece, bytes - done));
 }
 
-std::string stale_cause(int owner) {
-  return "rank " + std::to_string(owner) +
-         " has no region registered under this key now (it was deregistered, or the key comes "
-         "from another communicator)";
-}
-
 std::string outside_cause(std::uint64_t offset, std::uint64_t bytes, std::uint64_t region,
                           int owner) {
   return "bytes " + std::to_string(offset) + ".." + std::to_string(offset + bytes) +
@@ -72,6 +55,23 @@ std::string outside_cause(std::uint64_t offset, std::uint64_t bytes, std::uint64
 }
 
 }  // namespace
+
+const char* Messenger::rma_name(RequestImpl::Kind kind) {
+  switch (kind) {
+    case RequestImpl::Kind::put:
+      return "put";
+    case RequestImpl::Kind::get:
+      return "get";
+    default:
+      return "flush";
+  }
+}
+
+std::string Messenger::stale_cause(int owner) {
+  return "rank " + std::to_string(owner) +
+         " has no region registered under this key now (it was deregistered, or the key comes "
+         "from another communicator)";
+}
 
 Error Messenger::rma_error(const RequestImpl& op, ErrorKind kind, std::string cause) const {
   return Error(kind, {.rank = config_.rank,

@@ -28,6 +28,11 @@ transport::FrameHeader key_frame(FrameType type, std::uint64_t token, RmaReject 
   return h;
 }
 
+std::string mismatch_cause(int owner) {
+  return "the key does not match the region rank " + std::to_string(owner) +
+         " registered under its token";
+}
+
 }  // namespace
 
 void Messenger::native_rma(const RequestPtr& op, const RemoteKey& key, std::uint64_t offset) {
@@ -40,11 +45,8 @@ void Messenger::native_rma(const RequestPtr& op, const RemoteKey& key, std::uint
   PeerState::NativeKey& nk = it->second;
   if (nk.ready) {
     // The key's view of the region must be the one the owner registered under the token.
-    if (!nk.emulate && (nk.address != key.address || nk.bytes != key.bytes)) {
-      finish_rma(peer, op->id,
-                 rma_error(*op, ErrorKind::usage,
-                           "the key does not match the region rank " + std::to_string(peer) +
-                               " registered under its token"));
+    if (nk.access != nullptr && (nk.address != key.address || nk.bytes != key.bytes)) {
+      finish_rma(peer, op->id, rma_error(*op, ErrorKind::usage, mismatch_cause(peer)));
       return;
     }
     post_native(op, key, offset, nk, false);
@@ -63,40 +65,35 @@ void Messenger::post_native(const RequestPtr& op, const RemoteKey& key, std::uin
   const int peer = key.rank;
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   const std::uint64_t id = op->id;
-  if (nk.emulate || nk.access == nullptr) {
+  if (nk.access == nullptr) {
     emulate_rma(op, key, offset);
     return;
   }
   ++ps.stats.native_rma;
   ps.native_unflushed = true;
-  const bool put = op->kind == RequestImpl::Kind::put;
-  const std::uint64_t remote = nk.address + offset;
-  if (!then_flush) {
-    auto done = [this, peer, id, put](const Error* e) {
-      finish_rma(peer, id,
-                 e ? std::optional<Error>(e->for_operation(put ? "put" : "get", std::nullopt))
-                   : std::nullopt);
-    };
-    if (put) {
-      nk.access->put(peer, key.token, op->send_data, op->send_bytes, remote, done);
-    } else {
-      nk.access->get(peer, key.token, op->recv_data, op->capacity, remote, done);
+  const char* name = rma_name(op->kind);
+  // then_flush: a flush was called while this operation waited for its key; it covers the
+  // operation, which therefore completes only once it is complete at the target (a flush of
+  // its own, below), with its own failure if it had one.
+  auto failure = then_flush ? std::make_shared<std::optional<Error>>() : nullptr;
+  transport::SendDone done = [this, peer, id, name, failure](const Error* e) {
+    std::optional<Error> error;
+    if (e) error = e->for_operation(name, std::nullopt);
+    if (!failure) {
+      finish_rma(peer, id, std::move(error));
+    } else if (error && !*failure) {
+      *failure = std::move(error);
     }
-    return;
-  }
-  // A flush was called while this operation waited for its key: it covers the operation, so
-  // the operation completes only once it is complete at the target.
-  auto failure = std::make_shared<std::optional<Error>>();
-  auto noted = [failure, put](const Error* e) {
-    if (e && !*failure) *failure = e->for_operation(put ? "put" : "get", std::nullopt);
   };
-  if (put) {
-    nk.access->put(peer, key.token, op->send_data, op->send_bytes, remote, noted);
+  const std::uint64_t remote = nk.address + offset;
+  if (op->kind == RequestImpl::Kind::put) {
+    nk.access->put(peer, key.token, op->send_data, op->send_bytes, remote, std::move(done));
   } else {
-    nk.access->get(peer, key.token, op->recv_data, op->capacity, remote, noted);
+    nk.access->get(peer, key.token, op->recv_data, op->capacity, remote, std::move(done));
   }
-  nk.access->flush(peer, [this, peer, id, failure, put](const Error* e) {
-    if (!*failure && e) *failure = e->for_operation(put ? "put" : "get", std::nullopt);
+  if (!failure) return;
+  nk.access->flush(peer, [this, peer, id, name, failure](const Error* e) {
+    if (e && !*failure) *failure = e->for_operation(name, std::nullopt);
     finish_rma(peer, id, *failure);
   });
 }
@@ -210,7 +207,6 @@ void Messenger::take_key_reply(int peer, const transport::FrameHeader& h) {
                 peer, "'s region is not usable here (", why, "): puts and gets go as frames");
     }
     nk.access = nullptr;
-    nk.emulate = true;
   }
   auto waiting = std::move(nk.waiting);
   nk.waiting.clear();
@@ -220,10 +216,7 @@ void Messenger::take_key_reply(int peer, const transport::FrameHeader& h) {
   for (auto& w : waiting) {
     if (w.op->phase == RequestImpl::Phase::complete) continue;
     if (native.address != w.key.address || native.bytes != w.key.bytes) {
-      finish_rma(peer, w.op->id,
-                 rma_error(*w.op, ErrorKind::usage,
-                           "the key does not match the region rank " + std::to_string(peer) +
-                               " registered under its token"));
+      finish_rma(peer, w.op->id, rma_error(*w.op, ErrorKind::usage, mismatch_cause(peer)));
       continue;
     }
     post_native(w.op, w.key, w.offset, native, covered);
@@ -239,16 +232,11 @@ void Messenger::refuse_waiting(int peer, std::uint64_t token, RmaReject why) {
     // Not remembered: a later operation with the token asks again (and is refused again).
     ps.native_keys.erase(it);
     for (auto& w : waiting) {
-      finish_rma(peer, w.op->id,
-                 rma_error(*w.op, ErrorKind::usage,
-                           "rank " + std::to_string(peer) +
-                               " has no region registered under this key now (it was "
-                               "deregistered, or the key comes from another communicator)"));
+      finish_rma(peer, w.op->id, rma_error(*w.op, ErrorKind::usage, stale_cause(peer)));
     }
     return;
   }
-  it->second.ready = true;  // no_native_key: frames from now on
-  it->second.emulate = true;
+  it->second.ready = true;  // no_native_key (access stays null): frames from now on
   const PeerState::NativeKey native = it->second;
   for (auto& w : waiting) post_native(w.op, w.key, w.offset, native, false);
 }

@@ -85,23 +85,41 @@ Connection::SendOp* Connection::new_send(SendDone done) {
   return sends_.back().get();
 }
 
-ucs_status_ptr_t Connection::post(unsigned id, SendOp* op, std::size_t header_bytes,
-                                  const void* payload, std::size_t bytes, std::uint32_t flags) {
+ucp_request_param_t Connection::completing(SendOp* op) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  if (flags != 0) {
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = flags;
-  }
   param.cb.send = &Connection::send_done;
   param.user_data = op;
-  const ucs_status_ptr_t request =
-      ucp_am_send_nbx(ep_, id, op->header, header_bytes, payload, bytes, &param);
+  return param;
+}
+
+void Connection::settle(SendOp* op, ucs_status_ptr_t request) {
   if (request == nullptr) {
     finish_send(op, UCS_OK);
   } else if (UCS_PTR_IS_ERR(request)) {
     finish_send(op, UCS_PTR_STATUS(request));
+  }  // else send_done() finishes it
+}
+
+bool Connection::refused_closed(const char* operation, const SendDone& done) const {
+  if (open()) return false;
+  const Error error = error_ ? *error_
+                             : link_error(operation, "the UCX endpoint to rank " +
+                                                         std::to_string(peer_) + " is not open");
+  if (done) done(&error);
+  return true;
+}
+
+ucs_status_ptr_t Connection::post(unsigned id, SendOp* op, std::size_t header_bytes,
+                                  const void* payload, std::size_t bytes, std::uint32_t flags) {
+  ucp_request_param_t param = completing(op);
+  if (flags != 0) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = flags;
   }
+  const ucs_status_ptr_t request =
+      ucp_am_send_nbx(ep_, id, op->header, header_bytes, payload, bytes, &param);
+  settle(op, request);
   return request;
 }
 
@@ -133,11 +151,7 @@ void Connection::forget_key(std::uint64_t token) {
 void Connection::rma(bool put, std::uint64_t token, void* local, std::size_t bytes,
                      std::uint64_t remote, SendDone done) {
   const char* operation = put ? "put" : "get";
-  if (!open()) {
-    const Error error = error_ ? *error_ : link_error(operation, "the endpoint is closed");
-    if (done) done(&error);
-    return;
-  }
+  if (refused_closed(operation, done)) return;
   auto it = rkeys_.find(token);
   if (it == rkeys_.end()) {
     const Error error = link_error(operation,
@@ -149,37 +163,17 @@ void Connection::rma(bool put, std::uint64_t token, void* local, std::size_t byt
   }
   SendOp* op = new_send(std::move(done));
   op->operation = operation;
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = &Connection::send_done;
-  param.user_data = op;
-  const ucs_status_ptr_t request = put ? ucp_put_nbx(ep_, local, bytes, remote, it->second, &param)
-                                       : ucp_get_nbx(ep_, local, bytes, remote, it->second, &param);
-  if (request == nullptr) {
-    finish_send(op, UCS_OK);
-  } else if (UCS_PTR_IS_ERR(request)) {
-    finish_send(op, UCS_PTR_STATUS(request));
-  }
+  const ucp_request_param_t param = completing(op);
+  settle(op, put ? ucp_put_nbx(ep_, local, bytes, remote, it->second, &param)
+                 : ucp_get_nbx(ep_, local, bytes, remote, it->second, &param));
 }
 
 void Connection::flush(SendDone done) {
-  if (!open()) {
-    const Error error = error_ ? *error_ : link_error("flush", "the endpoint is closed");
-    if (done) done(&error);
-    return;
-  }
+  if (refused_closed("flush", done)) return;
   SendOp* op = new_send(std::move(done));
   op->operation = "flush";
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = &Connection::send_done;
-  param.user_data = op;
-  const ucs_status_ptr_t request = ucp_ep_flush_nbx(ep_, &param);
-  if (request == nullptr) {
-    finish_send(op, UCS_OK);
-  } else if (UCS_PTR_IS_ERR(request)) {
-    finish_send(op, UCS_PTR_STATUS(request));
-  }
+  const ucp_request_param_t param = completing(op);
+  settle(op, ucp_ep_flush_nbx(ep_, &param));
 }
 
 void Connection::send_done(void* request, ucs_status_t status, void* user_data) {
@@ -211,13 +205,7 @@ void Connection::finish_send(SendOp* op, ucs_status_t status) {
 
 void Connection::send(const FrameHeader& header, const void* payload, Ordering ordering,
                       SendDone done) {
-  if (!open()) {
-    const Error error = error_ ? *error_
-                               : link_error("send", "the UCX endpoint to rank " +
-                                                        std::to_string(peer_) + " is not open");
-    if (done) done(&error);
-    return;
-  }
+  if (refused_closed("send", done)) return;
   AmHeader h;
   h.frame = header;
   h.source = static_cast<std::uint32_t>(owner_.rank());

@@ -98,6 +98,12 @@ class Connection {
   static void send_done(void* request, ucs_status_t status, void* user_data);
   static void receive_done(void* request, ucs_status_t status, std::size_t length, void* user_data);
   SendOp* new_send(SendDone done);
+  // UCX request parameters that complete `op` through send_done().
+  static ucp_request_param_t completing(SendOp* op);
+  // Finishes `op` if UCX did (or failed) at once; else send_done() will.
+  void settle(SendOp* op, ucs_status_ptr_t request);
+  // When the endpoint is not open: completes `done` with why, and returns true.
+  bool refused_closed(const char* operation, const SendDone& done) const;
   void finish_send(SendOp* op, ucs_status_t status);
   ucs_status_ptr_t post(unsigned id, SendOp* op, std::size_t header_bytes, const void* payload,
                         std::size_t bytes, std::uint32_t flags);
