@@ -196,12 +196,8 @@ Fd connect_tcp(const SockAddr& addr, Deadline deadline, const ErrorContext& cont
     if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr.storage), addr.length) != 0) {
       err = errno;
       if (err == EINPROGRESS) {
-        pollfd p{fd.get(), POLLOUT, 0};
-        const int n = ::poll(&p, 1, ms_left(deadline));
-        if (n == 0) {
-          c.cause = "connect did not complete before the deadline";
-          throw Error(ErrorKind::timeout, c);
-        }
+        // A signal ends poll() early with the socket still connecting: wait_ready goes on.
+        wait_ready(fd.get(), POLLOUT, deadline, c, "connect");
         socklen_t len = sizeof err;
         ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
       }

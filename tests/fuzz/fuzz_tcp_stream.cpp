@@ -111,7 +111,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(::send(fd.get(), &hello, sizeof hello, MSG_NOSIGNAL) == sizeof hello);
   FUZZ_CHECK(rank1.drive_until([&] { return rank1.transport().ready(); }, std::chrono::seconds(2)));
   tcp::Handshake ack;
-  FUZZ_CHECK(::recv(fd.get(), &ack, sizeof ack, MSG_WAITALL) == sizeof ack);
+  FUZZ_CHECK(anview::testing::TcpRankOne::read_exactly(fd.get(), &ack, sizeof ack));
   FUZZ_CHECK(ack.kind == tcp::HandshakeKind::ack);
 
   // The stream, in pieces, then its end.

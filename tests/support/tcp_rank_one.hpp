@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -61,13 +62,30 @@ class TcpRankOne {
       base::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
       const linger reset{.l_onoff = 1, .l_linger = 0};
       if (reset_on_close) ::setsockopt(fd.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
-      if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) == 0) return fd;
-      if (errno != EADDRNOTAVAIL || attempt == 200) {
+      int err = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 ? 0 : errno;
+      // A signal (libFuzzer's watchdog timer) interrupts the wait, not the connection, which
+      // goes on by itself: wait for it here.
+      if (err == EINTR) err = finish_connect(fd.get());
+      if (err == 0) return fd;
+      if (err != EADDRNOTAVAIL || attempt == 200) {
         std::fprintf(stderr, "TcpRankOne: connect to 127.0.0.1:%u failed: %s\n", port_,
-                     std::strerror(errno));
+                     std::strerror(err));
         return base::Fd();
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  // Reads exactly `bytes` from the blocking socket `fd` (signals do not cut it short);
+  // false, after saying why on stderr, on an error, the end of the stream or 2 s passing.
+  static bool read_exactly(int fd, void* data, std::size_t bytes) {
+    try {
+      base::read_all(fd, data, bytes, base::deadline_after(std::chrono::seconds(2)),
+                     {.operation = "TcpRankOne.read_exactly"});
+      return true;
+    } catch (const Error& e) {
+      std::fprintf(stderr, "TcpRankOne: %s\n", e.what());
+      return false;
     }
   }
 
@@ -92,6 +110,19 @@ class TcpRankOne {
   }
 
  private:
+  // The error of a connect that a signal interrupted, once it has finished (0: connected).
+  static int finish_connect(int fd) {
+    pollfd p{fd, POLLOUT, 0};
+    int n;
+    while ((n = ::poll(&p, 1, 2000)) < 0 && errno == EINTR) {
+    }
+    if (n == 0) return ETIMEDOUT;
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    return err;
+  }
+
   std::uint64_t job_id_;
   base::ProgressEngine engine_;  // before the transport, which uses it until it is gone
   std::unique_ptr<transport::tcp::TcpTransport> transport_;

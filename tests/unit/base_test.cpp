@@ -1,19 +1,25 @@
 // base/: error messages, settings parsing, the progress engine.
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "anview/error.hpp"
 #include "base/config.hpp"
 #include "base/limits.hpp"
 #include "base/log.hpp"
 #include "base/progress_engine.hpp"
+#include "base/socket.hpp"
 #include "base/ticks.hpp"
 #include "support/expect_error.hpp"
 
@@ -206,6 +212,42 @@ TEST(ProgressEngine, WakeupEndsASleepingPoll) {
   const auto start = Clock::now();
   engine.poll(5000);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
+}
+
+// A signal that lands while connect_tcp waits for the handshake (a profiler's timer, a
+// fuzzer's watchdog) used to end the wait with the socket still connecting, and connect_tcp
+// returned it as connected. A listener whose accept queue is full drops the SYN, so the
+// connect stays pending past the signal; it must then end with the deadline, not a socket.
+TEST(Socket, ConnectInterruptedByASignalKeepsWaiting) {
+  const ErrorContext ctx{.operation = "test.connect"};
+  const Fd listener = listen_tcp(SockAddr::from_host_port("127.0.0.1", 0, ctx), 0, ctx);
+  const SockAddr to = local_address(listener.get());
+  // Fill the accept queue (backlog 0 holds one); nobody accepts.
+  std::vector<Fd> queued;
+  for (int i = 0; i < 2; ++i) queued.push_back(start_connect(to, nullptr, ctx));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+
+  struct sigaction on_alarm {
+  }, before{};
+  on_alarm.sa_handler = [](int) {};
+  ::sigemptyset(&on_alarm.sa_mask);
+  ASSERT_EQ(::sigaction(SIGALRM, &on_alarm, &before), 0);  // no SA_RESTART
+  itimerval once{};
+  once.it_value.tv_usec = 100'000;
+  ASSERT_EQ(::setitimer(ITIMER_REAL, &once, nullptr), 0);
+  const auto start = Clock::now();
+  const Error e = expect_error([&] {
+    const Fd fd = connect_tcp(to, deadline_after(std::chrono::milliseconds(600)), ctx);
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    ADD_FAILURE() << "connect_tcp returned a socket; getpeername: "
+                  << (::getpeername(fd.get(), reinterpret_cast<sockaddr*>(&peer), &len) == 0
+                          ? "connected"
+                          : std::strerror(errno));
+  });
+  ::sigaction(SIGALRM, &before, nullptr);
+  EXPECT_EQ(e.kind(), ErrorKind::timeout) << e.what();
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(550));
 }
 
 }  // namespace
