@@ -67,6 +67,75 @@ TEST(ShmRing, RecordsArriveInOrderAcrossTheWrap) {
   EXPECT_GT(ring.control->head.load(), 64u << 10) << "the test never wrapped the ring";
 }
 
+// A record's sequence number is its "ready" flag: the consumer sees nothing of a reserved
+// record until publish(), even where the ring's bytes there hold a header from an earlier lap.
+TEST(ShmRing, ARecordIsInvisibleUntilPublished) {
+  LocalRing ring(4096);
+  RingReader::Record r;
+  std::string error;
+  for (int lap = 0; lap < 3; ++lap) {
+    for (std::size_t at = 0; at < 4096; at += 1024) {
+      char* p = ring.writer.reserve(RecordKind::fragment, 1024 - sizeof(RecordHeader));
+      ASSERT_NE(p, nullptr);
+      std::memset(p, lap, 8);
+      EXPECT_FALSE(ring.reader.has_data());
+      EXPECT_FALSE(ring.reader.peek(r, error));
+      ASSERT_TRUE(error.empty()) << error;
+      ring.writer.publish();
+      EXPECT_TRUE(ring.reader.has_data());
+      ASSERT_TRUE(ring.reader.peek(r, error)) << error;
+      EXPECT_EQ(r.body, p);
+      EXPECT_EQ(r.body[7], lap);
+      ring.reader.pop(r);
+      ring.reader.publish();
+    }
+  }
+}
+
+// Where the next record will go, the ring may hold an older record's payload; bytes there that
+// happen to equal the sequence number due (small integers are common payload) must not pass
+// for a record. The fuzzer found it: a payload byte 57 over zeroes, where record 57 was due.
+TEST(ShmRing, StalePayloadThatLooksLikeTheDueSequenceNumberIsNoRecord) {
+  LocalRing ring(1024);
+  RingReader::Record r;
+  std::string error;
+  auto write_and_read = [&](std::size_t body, std::uint64_t fill) {
+    char* p = ring.writer.reserve(RecordKind::fragment, body);
+    ASSERT_NE(p, nullptr);
+    for (std::size_t at = 0; at + 8 <= body; at += 8) std::memcpy(p + at, &fill, 8);
+    ring.writer.publish();
+    ASSERT_TRUE(ring.reader.peek(r, error)) << error;
+    ring.reader.pop(r);
+    ring.reader.publish();
+  };
+  // Lap 1: record 1 spans offsets 0-191, its payload all 16s; records 2-14 fill the rest.
+  write_and_read(192 - sizeof(RecordHeader), 16);
+  for (int i = 0; i < 13; ++i) write_and_read(8, 0);
+  // Lap 2: record 15 at offset 0; record 16 would go at 64, where record 1's payload says 16.
+  write_and_read(8, 0);
+  EXPECT_FALSE(ring.reader.has_data());
+  EXPECT_FALSE(ring.reader.peek(r, error));
+  EXPECT_TRUE(error.empty()) << error;
+  write_and_read(8, 0);  // and record 16 itself is read where it is
+  EXPECT_TRUE(error.empty()) << error;
+}
+
+// The consumer reads a record as soon as it announces itself; the producer stores `head`
+// after. A `head` that lags behind what was read is no error, and no data.
+TEST(ShmRing, HeadLaggingBehindTheReadRecordsIsNotAnError) {
+  LocalRing ring(4096);
+  ASSERT_NE(ring.writer.reserve(RecordKind::fragment, 8), nullptr);
+  ring.writer.publish();
+  ring.control->head.store(0);  // as if the producer had not stored it yet
+  RingReader::Record r;
+  std::string error;
+  ASSERT_TRUE(ring.reader.peek(r, error)) << error;
+  ring.reader.pop(r);
+  EXPECT_FALSE(ring.reader.has_data());
+  EXPECT_FALSE(ring.reader.peek(r, error));
+  EXPECT_TRUE(error.empty()) << error;
+}
+
 TEST(ShmRing, RejectsCorruptRecords) {
   struct Case {
     const char* name;
@@ -88,8 +157,14 @@ TEST(ShmRing, RejectsCorruptRecords) {
          std::memcpy(&r.memory[ring_data_offset + 8], &seq, sizeof seq);
        },
        "was due"},
-      {"head beyond capacity", [](LocalRing& r) { r.control->head.store(1u << 30); },
+      {"head beyond capacity",  // the record not in place, and head announcing too much
+       [](LocalRing& r) {
+         std::memset(&r.memory[ring_data_offset + 8], 0, 8);
+         r.control->head.store(1u << 30);
+       },
        "inconsistent"},
+      {"head announcing a record that is not in place",
+       [](LocalRing& r) { std::memset(&r.memory[ring_data_offset + 8], 0, 8); }, "was due"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

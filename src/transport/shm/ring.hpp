@@ -5,16 +5,26 @@
 // not fight over one line. Records never wrap: one that does not fit before the end of the ring
 // is preceded by a pad record that skips to the start.
 //
+// Records are cache-line aligned, and a record's sequence number doubles as its "ready" flag
+// (as a UCX FIFO element's owner bit does): the producer writes it last, with a release store,
+// before it publishes `head`. The consumer finds the next record by looking at the line the
+// record is in, so a small message costs it one cache-line transfer (header and payload
+// together), not two dependent ones (`head`, then the record). `head` still counts: where the
+// record's sequence number is not the one due, the consumer reads `head`, and a record it
+// announces must be in place (else the ring is corrupt); sleeping decisions read `head` too.
+//
 // The other process is not trusted: everything read from the ring (record headers, lengths,
 // sequence numbers) is checked before use, and a bad record fails the link, never the process.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace anview::transport::shm {
 
@@ -26,7 +36,7 @@ inline std::string to_hex(std::uint64_t value) {
   return text;
 }
 inline constexpr std::uint32_t ring_magic = 0x52564e41;  // "ANVR"
-inline constexpr std::uint32_t ring_version = 2;
+inline constexpr std::uint32_t ring_version = 3;
 
 // Set by the consumer in RingControl::consumer_flags.
 inline constexpr std::uint32_t consumer_reads_by_reference = 1;  // it can read our memory (CMA)
@@ -73,9 +83,17 @@ struct RecordHeader {
   RecordKind kind;
   std::uint8_t reserved;
   std::uint32_t bytes;  // record body bytes after this header
-  std::uint64_t seq;    // records are numbered from 1 per ring, pads included
+  std::uint64_t seq;    // records are numbered from 1 per ring, pads included; written last
 };
 static_assert(sizeof(RecordHeader) == 16);
+inline constexpr std::size_t record_seq_offset = 8;
+
+// The sequence number field of the record header at `header`, as an atomic (the producer
+// writes it while the consumer looks at it).
+inline std::atomic_ref<std::uint64_t> record_seq(char* header) {
+  return std::atomic_ref<std::uint64_t>(
+      *reinterpret_cast<std::uint64_t*>(header + record_seq_offset));
+}
 
 struct PayloadRef {
   std::uint64_t address;  // in the producer's address space
@@ -93,7 +111,10 @@ struct PushRequest {
   std::uint64_t bytes;
 };
 
-inline constexpr std::size_t record_align = 16;  // so a pad always has room for its header
+// A cache line: a small record (a header, a frame header and up to 16 payload bytes) is one
+// line, and the producer writing the next record does not touch the line being read. It also
+// leaves a pad room for its header.
+inline constexpr std::size_t record_align = cache_line;
 inline constexpr std::size_t record_size(std::size_t body) {
   return (sizeof(RecordHeader) + body + record_align - 1) & ~(record_align - 1);
 }
@@ -107,6 +128,7 @@ class RingWriter {
     capacity_ = control->capacity;
     head_ = control->head.load(std::memory_order_relaxed);
     tail_ = control->tail.load(std::memory_order_acquire);
+    unpublished_.reserve(64);
   }
   bool attached() const { return control_ != nullptr; }
   std::size_t capacity() const { return capacity_; }
@@ -129,8 +151,20 @@ class RingWriter {
     head_ += size;
     return record + sizeof(RecordHeader);
   }
-  // Makes every reserved record visible to the consumer.
-  void publish() { control_->head.store(head_, std::memory_order_seq_cst); }
+  // Makes every reserved record visible to the consumer: their sequence numbers, in order,
+  // then `head`. First it clears the sequence number field where the next record will go: the
+  // consumer looks there as soon as it has read these, and the bytes there may be an older
+  // record's payload, which could hold the very number due next. (Where the ring is full, the
+  // next record goes where an unread record's header is: the consumer reaches that place only
+  // after reading it, and finds a smaller, stale sequence number there.)
+  void publish() {
+    if (head_ - tail_ < capacity_)
+      record_seq(data_ + (head_ & (capacity_ - 1))).store(0, std::memory_order_relaxed);
+    for (const Unpublished& u : unpublished_)
+      record_seq(data_ + u.offset).store(u.seq, std::memory_order_release);
+    unpublished_.clear();
+    control_->head.store(head_, std::memory_order_seq_cst);
+  }
 
   // The consumer freed space since we last looked (for sleeping decisions).
   bool tail_moved() const { return control_->tail.load(std::memory_order_acquire) != tail_; }
@@ -141,12 +175,22 @@ class RingWriter {
     tail_ = control_->tail.load(std::memory_order_acquire);
     return capacity_ - (head_ - tail_) >= bytes;
   }
+  // The header without its sequence number (0, never due: the consumer may be looking at it,
+  // and stale bytes there must not pass for this record); publish() writes that.
   char* write_header(std::size_t offset, RecordKind kind, std::size_t body) {
-    RecordHeader h{record_magic, kind, 0, static_cast<std::uint32_t>(body), ++seq_};
-    std::memcpy(data_ + offset, &h, sizeof h);
-    return data_ + offset;
+    const RecordHeader h{record_magic, kind, 0, static_cast<std::uint32_t>(body), 0};
+    char* header = data_ + offset;
+    record_seq(header).store(0, std::memory_order_relaxed);
+    std::memcpy(header, &h, record_seq_offset);
+    unpublished_.push_back({offset, ++seq_});
+    return header;
   }
 
+  struct Unpublished {
+    std::size_t offset;
+    std::uint64_t seq;
+  };
+  std::vector<Unpublished> unpublished_;  // reserved since the last publish()
   RingControl* control_ = nullptr;
   char* data_ = nullptr;
   std::size_t capacity_ = 0;
@@ -172,22 +216,31 @@ class RingReader {
   }
   bool attached() const { return control_ != nullptr; }
 
-  // True when the producer published records we have not consumed (seq_cst: pairs with the
-  // sleeping flag, see ShmTransport::before_sleep).
-  bool has_data() const { return control_->head.load(std::memory_order_seq_cst) != tail_; }
+  // True when the producer published records we have not consumed: the next record is in
+  // place, or `head` says there is one (seq_cst: pairs with the sleeping flag, see
+  // ShmTransport::before_sleep).
+  bool has_data() const {
+    return next_arrived() || ahead(control_->head.load(std::memory_order_seq_cst));
+  }
 
   // The next record (pads skipped), or false when there is none. A record that is not valid
   // sets `error` and returns false; the ring must not be read again.
   bool peek(Record& out, std::string& error) {
     for (;;) {
-      const std::uint64_t head = control_->head.load(std::memory_order_acquire);
-      if (head == tail_) return false;
       const std::size_t offset = tail_ & (capacity_ - 1);
-      if (head - tail_ > capacity_ || head - tail_ < sizeof(RecordHeader) ||
-          offset + sizeof(RecordHeader) > capacity_) {
-        error = "head " + std::to_string(head) + " is inconsistent with tail " +
-                std::to_string(tail_) + " (capacity " + std::to_string(capacity_) + ")";
-        return false;
+      // The bytes the record may span: to the ring's end when it announced itself, else what
+      // `head` says was published (the record must then be in place).
+      std::uint64_t available = capacity_ - offset;
+      if (!next_arrived()) {
+        const std::uint64_t head = control_->head.load(std::memory_order_acquire);
+        if (!ahead(head)) return false;
+        if (head - tail_ > capacity_ || head - tail_ < sizeof(RecordHeader) ||
+            offset + sizeof(RecordHeader) > capacity_) {
+          error = "head " + std::to_string(head) + " is inconsistent with tail " +
+                  std::to_string(tail_) + " (capacity " + std::to_string(capacity_) + ")";
+          return false;
+        }
+        available = std::min<std::uint64_t>(available, head - tail_);
       }
       RecordHeader h;
       std::memcpy(&h, data_ + offset, sizeof h);
@@ -203,7 +256,7 @@ class RingReader {
             "record " + std::to_string(h.seq) + " where " + std::to_string(seq_ + 1) + " was due";
         return false;
       }
-      if (h.bytes > capacity_ || offset + size > capacity_ || size > head - tail_) {
+      if (h.bytes > capacity_ || size > available) {
         error = "record of " + std::to_string(h.bytes) + " bytes at offset " +
                 std::to_string(offset) + " runs past the ring or past the published data";
         return false;
@@ -229,6 +282,17 @@ class RingReader {
   void publish() { control_->tail.store(tail_, std::memory_order_seq_cst); }
 
  private:
+  // `head` announces records we have not read. It may also lag behind `tail_` for a moment:
+  // we read records as they announce themselves, the producer stores `head` after.
+  bool ahead(std::uint64_t head) const { return static_cast<std::int64_t>(head - tail_) > 0; }
+
+  // The record due next announced itself (its sequence number is in place; acquire: so is
+  // the rest of it).
+  bool next_arrived() const {
+    return record_seq(data_ + (tail_ & (capacity_ - 1))).load(std::memory_order_acquire) ==
+           seq_ + 1;
+  }
+
   RingControl* control_ = nullptr;
   char* data_ = nullptr;
   std::size_t capacity_ = 0;
