@@ -24,6 +24,7 @@ struct LocalRing {
   explicit LocalRing(std::size_t capacity) : memory(ring_data_offset + capacity) {
     control = new (memory.data()) RingControl{};
     control->capacity = capacity;
+    control->flag_salt = 0x5eed5a17f00dULL;
     control->head.store(0);
     control->tail.store(0);
     writer.attach(control, memory.data() + ring_data_offset);
@@ -94,7 +95,8 @@ TEST(ShmRing, ARecordIsInvisibleUntilPublished) {
 
 // Where the next record will go, the ring may hold an older record's payload; bytes there that
 // happen to equal the sequence number due (small integers are common payload) must not pass
-// for a record. The fuzzer found it: a payload byte 57 over zeroes, where record 57 was due.
+// for a record. The fuzzer found it: a payload byte 57 over zeroes, where record 57 was due
+// (when the flag was the plain number).
 TEST(ShmRing, StalePayloadThatLooksLikeTheDueSequenceNumberIsNoRecord) {
   LocalRing ring(1024);
   RingReader::Record r;
@@ -154,7 +156,8 @@ TEST(ShmRing, RejectsCorruptRecords) {
       {"sequence gap",
        [](LocalRing& r) {
          const std::uint64_t seq = 7;
-         std::memcpy(&r.memory[ring_data_offset + 8], &seq, sizeof seq);
+         const std::uint64_t flag = record_flag(seq, r.control->flag_salt);
+         std::memcpy(&r.memory[ring_data_offset + 8], &flag, sizeof flag);
        },
        "was due"},
       {"head beyond capacity",  // the record not in place, and head announcing too much

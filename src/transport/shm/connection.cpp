@@ -8,6 +8,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "base/clock.hpp"
@@ -17,6 +18,13 @@
 
 namespace anview::transport::shm {
 namespace {
+
+// A ring's flag salt (ring.hpp, record_flag): random, so that no payload anyone sends holds a
+// flag due on some ring but by chance.
+std::uint64_t random_salt() {
+  std::random_device device;
+  return std::uint64_t{device()} << 32 | device();
+}
 
 // Send callbacks collected in one flush; most flushes complete a frame or two, held inline.
 class Finished {
@@ -95,6 +103,7 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   in_control->magic = ring_magic;
   in_control->version = ring_version;
   in_control->capacity = own_ring_bytes;
+  in_control->flag_salt = random_salt();
   in_control->consumer_flags = reads_by_reference_ ? consumer_reads_by_reference : 0;
   in_control->head.store(0, std::memory_order_relaxed);
   in_control->tail.store(0, std::memory_order_relaxed);
@@ -273,7 +282,7 @@ bool Connection::receive(bool may_defer) {
   while (state_ == State::up && !paused_.load(std::memory_order_relaxed)) {
     RingReader::Record record;
     std::string error;
-    if (!in_.peek(record, error)) {
+    if (!in_.peek(record, error, /*announced_only=*/worked)) {
       if (!error.empty()) corrupt(error);
       break;
     }

@@ -124,5 +124,4 @@ int open_peer_segment(int pid, int fd, std::string* why) {
   return opened;
 }
 
-
 }  // namespace anview::transport::shm

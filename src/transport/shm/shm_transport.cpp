@@ -367,8 +367,10 @@ bool ShmTransport::poll() {
     }
     if (conn->state() == Connection::State::up) worked |= conn->flush();
     // The peer gave up the link (after a failure of its own) and we read all it wrote.
-    if (conn->state() == Connection::State::up && conn->drained()) {
-      if (auto closed = conn->peer_closed_error()) fail_link(conn->peer(), *closed);
+    // (The flag first: it is read from a line that stays put, the ring from lines that move.)
+    if (conn->state() == Connection::State::up) {
+      if (auto closed = conn->peer_closed_error(); closed && conn->drained())
+        fail_link(conn->peer(), *closed);
     }
   }
   return worked;
