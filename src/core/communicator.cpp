@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <numeric>
-#include <random>
 #include <vector>
 
 #include "base/log.hpp"
+#include "base/random.hpp"
 #include "base/timeouts.hpp"
 #include "base/trace.hpp"
 #include "bootstrap/interfaces.hpp"
@@ -23,8 +23,7 @@ std::uint64_t agree_on_job_id(Store& store, const std::string& prefix, int rank,
                               std::chrono::milliseconds timeout) {
   const std::string key = prefix + "/job_id";
   if (rank == 0) {
-    std::random_device rd;
-    const std::uint64_t id = (std::uint64_t{rd()} << 32) ^ rd();
+    const std::uint64_t id = base::random_u64();
     store.set(key, std::to_string(id));
     return id;
   }

@@ -2,12 +2,12 @@
 
 #include <unistd.h>
 
-#include <random>
 #include <thread>
 
 #include "base/config.hpp"
 #include "base/limits.hpp"
 #include "base/log.hpp"
+#include "base/random.hpp"
 #include "base/timeouts.hpp"
 #include "p2p/protocol.hpp"
 #include "transport/registry.hpp"
@@ -52,8 +52,7 @@ Messenger::Messenger(const MessengerConfig& config)
       peers_(static_cast<std::size_t>(config.world_size)),
       posted_(config.world_size),
       unexpected_(config.world_size),
-      regions_(std::random_device{}() ^ (std::uint64_t{std::random_device{}()} << 32) ^
-               reinterpret_cast<std::uintptr_t>(this)),
+      regions_(base::random_u64() ^ reinterpret_cast<std::uintptr_t>(this)),
       eager_bytes_(static_cast<std::size_t>(eager_setting.as_int())),
       unexpected_limit_(static_cast<std::size_t>(unexpected_setting.as_int())),
       chunk_bytes_(static_cast<std::size_t>(

@@ -1012,23 +1012,21 @@ std::string kill_rank(Job& job) {
   // the bytes left the sender: a rank killed right after may take its last words with it (seen
   // about once in seven runs of mp.kill.UcxTcpFourRanks). Anview's own transports deliver them.
   const bool words_may_die = job.comm().transport_name(victim) == "ucx";
-  if (preload_count == 0 && words_may_die) {
-    if (auto lost = error_of([&] { words_req.wait(); })) {
-      check_lost(lost, me, victim, "recv", "receive of the last words over ucx");
-    } else {
-      require(std::string(words.data(), words_req.status().bytes) == last_words,
-              "the killed rank's last words arrived as '",
-              std::string(words.data(), words_req.status().bytes), "'");
-    }
-  } else if (preload_count == 0) {
+  if (preload_count == 0 && !words_may_die) {
     const Status said =
         wait_for(words_req, "the killed rank's last eager message, received after its death");
     require(said.source == victim && std::string(words.data(), said.bytes) == last_words,
             "the killed rank's last words arrived as '", std::string(words.data(), said.bytes),
             "'");
   } else if (auto lost = error_of([&] { words_req.wait(); })) {
-    // Behind the unread preload, the last words may be lost with the link.
-    check_lost(lost, me, victim, "recv", "receive of the last words behind the preload");
+    // Behind the unread preload, or over UCX (above), the last words may be lost with the link.
+    check_lost(lost, me, victim, "recv",
+               preload_count > 0 ? "receive of the last words behind the preload"
+                                 : "receive of the last words over ucx");
+  } else if (preload_count == 0) {  // over UCX, and they came: whole
+    require(std::string(words.data(), words_req.status().bytes) == last_words,
+            "the killed rank's last words arrived as '",
+            std::string(words.data(), words_req.status().bytes), "'");
   }
   std::vector<char> never(MiB + 1);
   check_lost(error_of([&] { job.comm().recv(never.data(), never.size(), victim, Tag{17}); }), me,

@@ -112,11 +112,12 @@ class TcpRankOne {
  private:
   // The error of a connect that a signal interrupted, once it has finished (0: connected).
   static int finish_connect(int fd) {
-    pollfd p{fd, POLLOUT, 0};
-    int n;
-    while ((n = ::poll(&p, 1, 2000)) < 0 && errno == EINTR) {
+    try {
+      base::wait_ready(fd, POLLOUT, base::deadline_after(std::chrono::seconds(2)),
+                       {.operation = "TcpRankOne.connect"}, "connect");
+    } catch (const Error&) {
+      return ETIMEDOUT;
     }
-    if (n == 0) return ETIMEDOUT;
     int err = 0;
     socklen_t len = sizeof err;
     ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);

@@ -157,17 +157,18 @@ TEST(ShmRing, RejectsCorruptRecords) {
        [](LocalRing& r) {
          const std::uint64_t seq = 7;
          const std::uint64_t flag = record_flag(seq, r.control->flag_salt);
-         std::memcpy(&r.memory[ring_data_offset + 8], &flag, sizeof flag);
+         std::memcpy(&r.memory[ring_data_offset + record_flag_offset], &flag, sizeof flag);
        },
        "was due"},
       {"head beyond capacity",  // the record not in place, and head announcing too much
        [](LocalRing& r) {
-         std::memset(&r.memory[ring_data_offset + 8], 0, 8);
+         std::memset(&r.memory[ring_data_offset + record_flag_offset], 0, 8);
          r.control->head.store(1u << 30);
        },
        "inconsistent"},
       {"head announcing a record that is not in place",
-       [](LocalRing& r) { std::memset(&r.memory[ring_data_offset + 8], 0, 8); }, "was due"},
+       [](LocalRing& r) { std::memset(&r.memory[ring_data_offset + record_flag_offset], 0, 8); },
+       "was due"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

@@ -8,23 +8,16 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <random>
 #include <thread>
 
 #include "base/clock.hpp"
 #include "base/log.hpp"
+#include "base/random.hpp"
 #include "transport/cross_memory.hpp"
 #include "transport/shm/shm_transport.hpp"
 
 namespace anview::transport::shm {
 namespace {
-
-// A ring's flag salt (ring.hpp, record_flag): random, so that no payload anyone sends holds a
-// flag due on some ring but by chance.
-std::uint64_t random_salt() {
-  std::random_device device;
-  return std::uint64_t{device()} << 32 | device();
-}
 
 // Send callbacks collected in one flush; most flushes complete a frame or two, held inline.
 class Finished {
@@ -103,7 +96,8 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   in_control->magic = ring_magic;
   in_control->version = ring_version;
   in_control->capacity = own_ring_bytes;
-  in_control->flag_salt = random_salt();
+  // Random, so that no payload anyone sends holds a flag due on some ring but by chance.
+  in_control->flag_salt = base::random_u64();
   in_control->consumer_flags = reads_by_reference_ ? consumer_reads_by_reference : 0;
   in_control->head.store(0, std::memory_order_relaxed);
   in_control->tail.store(0, std::memory_order_relaxed);

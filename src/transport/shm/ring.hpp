@@ -168,8 +168,10 @@ class RingWriter {
   }
   // Makes every reserved record visible to the consumer: their flags, in order, then `head`.
   void publish() {
-    for (const Unpublished& u : unpublished_)
-      record_flag_at(data_ + u.offset).store(record_flag(u.seq, salt_), std::memory_order_release);
+    // They are the last unpublished_.size() sequence numbers, in order.
+    std::uint64_t seq = seq_ - unpublished_.size();
+    for (const std::size_t offset : unpublished_)
+      record_flag_at(data_ + offset).store(record_flag(++seq, salt_), std::memory_order_release);
     unpublished_.clear();
     control_->head.store(head_, std::memory_order_seq_cst);
   }
@@ -190,15 +192,12 @@ class RingWriter {
     const RecordHeader h{record_magic, kind, 0, static_cast<std::uint32_t>(body), 0};
     char* header = data_ + offset;
     std::memcpy(header, &h, record_flag_offset);
-    unpublished_.push_back({offset, ++seq_});
+    unpublished_.push_back(offset);
+    ++seq_;
     return header;
   }
 
-  struct Unpublished {
-    std::size_t offset;
-    std::uint64_t seq;
-  };
-  std::vector<Unpublished> unpublished_;  // reserved since the last publish()
+  std::vector<std::size_t> unpublished_;  // offsets of the records reserved since publish()
   RingControl* control_ = nullptr;
   char* data_ = nullptr;
   std::size_t capacity_ = 0;
