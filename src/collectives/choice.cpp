@@ -103,6 +103,7 @@ Topology Collectives::topology(std::size_t element_bytes, bool in_place) const {
           .shares_memory = placement_allows(shares_memory),
           .reads_peers = placement_allows(reads_peers),
           .shared_limit = shared_slot_payload,
+          .shared_whole = shared_whole_bytes,
           .chunk_bytes = chunk_bytes_,
           .element_bytes = element_bytes,
           .in_place = in_place};

@@ -205,11 +205,12 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
     return;
   }
   // Every rank reaches the same decisions: they depend on the arguments and on agreed state.
-  const std::string& algo = choose(call, "allreduce", bytes, size_of(type), bytes, send == recv);
+  const std::string& algo = choose(call, "allreduce", bytes, size_of(type),
+                                   allreduce_shared_slot_bytes(bytes, call.size), send == recv);
   if (algo == "shared") {
-    const std::uint64_t seq = ++shared_calls_;
-    run_guarded(call,
-                [&] { allreduce_shared(call, shared_areas_, seq, send, recv, count, type, op); });
+    run_guarded(call, [&] {
+      allreduce_shared(call, shared_areas_, shared_calls_, send, recv, count, type, op);
+    });
     return;
   }
   if (algo == "hierarchical") {

@@ -23,15 +23,18 @@ int floor_pow2(int n) {
 struct Terms {
   const CostModel& m;
   double send(double bytes) const { return m.alpha_us + bytes / m.link_bpus; }
-  double reduce(double bytes) const { return bytes / m.reduce_bpus; }
-  double copy(double bytes) const { return bytes / m.copy_bpus; }
+  double reduce(double bytes) const { return crowded(bytes / m.reduce_bpus); }
+  double copy(double bytes) const { return crowded(bytes / m.copy_bpus); }
   // Reading (or writing) `bytes` of a same-host peer's memory as the direct algorithms do, a
   // cache-sized unit per system call: cross-memory attach where it was measured, else what a
   // message of the same size costs.
   double peer_copy(double bytes) const {
     if (m.read_bpus <= 0) return bytes / m.link_bpus;
-    return std::max(1.0, std::ceil(bytes / direct_unit_bytes)) * m.read_us + bytes / m.read_bpus;
+    return crowded(std::max(1.0, std::ceil(bytes / direct_unit_bytes)) * m.read_us +
+                   bytes / m.read_bpus);
   }
+  // A rank's own work, where ranks share CPUs (messages and flags are timed so already).
+  double crowded(double us) const { return us * std::max(m.crowding, 1.0); }
   static constexpr double direct_unit_bytes = 256 * 1024;  // direct.cpp's read unit
 };
 
@@ -130,10 +133,20 @@ std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t 
   const double input_copy = t.in_place ? 0 : c.copy(n);
   std::vector<Candidate> out;
   // Publish (a copy), one flag round, then every rank reduces all p contributions itself.
-  out.push_back(shared(t, bytes, c.m.flag_us + c.copy(n) + (p - 1) * c.reduce(n)));
+  // Larger, in stages of a part of the slot per rank: each rank copies its input
+  // for the others in, reduces its segment, copies the result in and the others' out.
+  const double seg = n / p;
+  if (bytes <= t.shared_whole) {
+    out.push_back(shared(t, bytes, c.m.flag_us + c.copy(n) + (p - 1) * c.reduce(n)));
+  } else {
+    const double part = static_cast<double>(t.shared_limit / static_cast<std::size_t>(p) / 64 * 64);
+    const double stages = part > 0 ? std::ceil(seg / part) : 0;
+    out.push_back(
+        shared(t, static_cast<std::size_t>(p) * 64,
+               (stages + 1) * c.m.flag_us + c.copy(2 * n - seg) + (p - 1) * c.reduce(seg)));
+  }
   // Postings, words and "done" (three rounds of small messages); each rank reads p-1 segments
   // of n/p to reduce its own, then writes its reduced segment into the p-1 peers.
-  const double seg = n / p;
   out.push_back(
       direct(t, 3 * c.m.alpha_us + 2 * (p - 1) * c.peer_copy(seg) + (p - 1) * c.reduce(seg)));
   out.push_back(usable("recursive_doubling",
@@ -268,6 +281,10 @@ std::string describe(const CostModel& m) {
   text += line;
   if (m.flag_us > 0) {
     std::snprintf(line, sizeof line, ", shared flag %.2f us", m.flag_us);
+    text += line;
+  }
+  if (m.crowding > 1) {
+    std::snprintf(line, sizeof line, ", %.1f ranks per CPU", m.crowding);
     text += line;
   }
   if (m.local_alpha_us > 0) {

@@ -25,6 +25,9 @@ struct CostModel {
   double reduce_bpus = 0;  // bytes per microsecond of reducing one buffer into another
   double copy_bpus = 0;    // bytes per microsecond of a local memcpy
   double flag_us = 0;      // one round of the shared-memory flags (0: no shared memory)
+  // Ranks per CPU on the most crowded host (at least 1): a rank's own copies, reductions and
+  // peer reads, measured at full speed, take that much longer when ranks share CPUs.
+  double crowding = 1;
   // Between ranks of one host when the job spans hosts (0: not measured, use the above).
   double local_alpha_us = 0;
   double local_link_bpus = 0;
@@ -39,6 +42,7 @@ struct Topology {
   bool shares_memory = false;     // one host, every shared area mapped: "shared" algorithms
   bool reads_peers = false;       // one host, cross-memory attach: "direct" algorithms
   std::size_t shared_limit = 0;   // the largest payload of a shared slot
+  std::size_t shared_whole = 0;   // allreduce up to this: each rank reduces all contributions
   std::size_t chunk_bytes = 0;    // the ring's pipelining unit
   std::size_t element_bytes = 4;  // of the call's data type (ring needs an element per rank)
   bool in_place = false;          // else message-based allreduce copies its input first

@@ -16,7 +16,7 @@ std::string unsupported(DataType type, ReduceOp op);
 
 // acc[i] = acc[i] (op) in[i] for i < count. avg combines like sum; finish_avg divides.
 void reduce_into(void* acc, const void* in, std::size_t count, DataType type, ReduceOp op);
-// out[i] = a[i] (op) b[i]; out may be a, and must not otherwise overlap a or b.
+// out[i] = a[i] (op) b[i]; out may be a or b, and must not otherwise overlap them.
 void reduce_to(void* out, const void* a, const void* b, std::size_t count, DataType type,
                ReduceOp op);
 void finish_avg(void* data, std::size_t count, DataType type, int ranks);

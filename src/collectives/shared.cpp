@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -81,7 +82,12 @@ class Slots {
   Slots(Call& call, const SharedAreas& areas, std::uint64_t seq)
       : call_(call), areas_(areas), seq_(seq) {}
 
-  // Writes this rank's contribution and raises its flag.
+  // This rank's payload of this call, to fill before publish() (the slot is free: every peer
+  // published the previous call, so each is done reading the call before it).
+  char* own_payload() const { return areas_.own + (seq_ % 2) * slot_stride + sizeof(SlotHeader); }
+
+  // Writes this rank's contribution (`bytes` of `data`, if any, else what own_payload() holds)
+  // and raises its flag.
   void publish(Kind kind, const void* data, std::size_t bytes, std::uint64_t count, DataType type,
                ReduceOp op, int root) {
     char* slot = areas_.own + (seq_ % 2) * slot_stride;
@@ -194,9 +200,101 @@ std::size_t shared_area_needed() {
   return 2 * slot_stride;
 }
 
-void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, const void* send,
+namespace {
+
+// Elements of each rank's segment that a stage of the staged allreduce moves: a slot holds a
+// cache-line aligned part per rank (0: too many ranks for the slot).
+std::size_t stage_elements(DataType type, int ranks) {
+  return shared_slot_payload / static_cast<std::size_t>(ranks) / 64 * 64 / size_of(type);
+}
+
+// Above shared_whole_bytes: a reduce-scatter and an allgather through the slots, a stage at a
+// time. Rank r reduces segment r (steps.hpp's segment()) of every rank's input. The slot of
+// stage k (shared call first + k) holds, in part q, this rank's input for stage k of rank q's
+// segment, and in its own part the reduced stage k - 1 of its segment: one flag round per
+// stage, `stages` + 1 of them. The contributions are reduced in rank order and each segment
+// by one rank, so every rank ends with the same bits. `reached` tells the stage under way.
+void allreduce_staged(Call& call, const SharedAreas& areas, std::uint64_t first,
+                      std::uint64_t stages, std::uint64_t& reached, const void* send, void* recv,
+                      std::size_t count, DataType type, ReduceOp op) {
+  const int n = call.size;
+  const std::size_t esize = size_of(type);
+  const std::size_t per = stage_elements(type, n);
+  const std::size_t part = per * esize;
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  // The elements of rank r's segment that stage k covers (none past its end).
+  auto stage = [&](int r, std::uint64_t k) {
+    const Segment s = segment(count, n, r);
+    const std::size_t begin = std::min<std::size_t>(s.count, k * per);
+    return Segment{s.offset + begin, std::min(per, s.count - begin)};
+  };
+  auto part_of = [&](auto* payload, int r) { return payload + static_cast<std::size_t>(r) * part; };
+  for (std::uint64_t k = 0; k <= stages; reached = ++k) {
+    Slots slots(call, areas, first + k);
+    char* mine = slots.own_payload();
+    if (k > 0) {
+      const Segment done = stage(call.rank, k - 1);
+      std::memcpy(part_of(mine, call.rank), out + done.offset * esize, done.count * esize);
+    }
+    for (int q = 0; q < n && k < stages; ++q) {
+      const Segment s = stage(q, k);
+      if (q != call.rank && s.count > 0)
+        std::memcpy(part_of(mine, q), in + s.offset * esize, s.count * esize);
+    }
+    slots.publish(Kind::allreduce, nullptr, 0, count, type, op, -1);
+    slots.wait_all();
+    for (int q = 0; q < n && k > 0; ++q) {
+      const Segment s = stage(q, k - 1);
+      if (q != call.rank && s.count > 0)
+        std::memcpy(out + s.offset * esize, part_of(slots.payload(q), q), s.count * esize);
+    }
+    if (k == stages) break;
+    const Segment own = stage(call.rank, k);
+    if (own.count == 0) continue;
+    char* to = out + own.offset * esize;
+    auto contribution = [&](int r) {
+      return r == call.rank ? in + own.offset * esize : part_of(slots.payload(r), call.rank);
+    };
+    // Into the receive buffer; the next stage copies it into the slot (a copy into lines a
+    // peer has read costs half what the reduction's own stores into them do, at 1-4 MiB). In
+    // place, a rank after the second would overwrite its input with the sum of the first two
+    // before adding it: a scratch buffer takes the sum there.
+    const bool clobbers = to == contribution(call.rank) && call.rank >= 2;
+    char* acc = clobbers ? call.scratch_bytes(part) : to;
+    reduce_to(acc, contribution(0), contribution(1), own.count, type, op);
+    for (int r = 2; r < n; ++r) reduce_into(acc, contribution(r), own.count, type, op);
+    if (op == ReduceOp::avg) finish_avg(acc, own.count, type, n);
+    if (clobbers) std::memcpy(to, acc, own.count * esize);
+  }
+}
+
+}  // namespace
+
+void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t& calls, const void* send,
                       void* recv, std::size_t count, DataType type, ReduceOp op) {
   const std::size_t bytes = count * size_of(type);
+  const std::uint64_t seq = ++calls;
+  if (bytes > shared_whole_bytes) {
+    const std::size_t per = stage_elements(type, call.size);
+    if (per == 0) {  // the tuner and ANVIEW_ALGO refuse it before
+      throw Error(ErrorKind::usage, {.rank = call.rank,
+                                     .operation = call.operation(),
+                                     .cause = "allreduce=shared needs a cache line of a slot per "
+                                              "rank: " +
+                                              std::to_string(call.size) + " ranks are too many"});
+    }
+    const std::uint64_t stages = (segment(count, call.size, 0).count + per - 1) / per;
+    calls += stages;
+    std::uint64_t reached = 0;
+    try {
+      allreduce_staged(call, areas, seq, stages, reached, send, recv, count, type, op);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::usage && reached == 0) calls = seq;
+      throw;
+    }
+    return;
+  }
   Slots slots(call, areas, seq);
   slots.publish(Kind::allreduce, send, bytes, count, type, op, -1);
   slots.wait_all();

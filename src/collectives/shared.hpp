@@ -24,14 +24,30 @@ struct SharedAreas {
   bool crowded = false;            // more ranks than CPUs this process may run on
 };
 
-// The largest payload a slot holds, and the area size two slots need.
-inline constexpr std::size_t shared_slot_payload = 64 * 1024;
+// The largest payload a slot holds, and the area size two slots need. A larger allreduce
+// runs in stages of a part of the slot per rank: 256 KiB keeps a rank's two slots in L2 and a
+// stage long next to its flag round (at 2 ranks, 16 MiB: 64 KiB slots gave 5.7 GB/s busbw,
+// 256 KiB 6.9, 512 KiB 7.0, 1 MiB 6.8).
+inline constexpr std::size_t shared_slot_payload = 256 * 1024;
+// Up to this size every rank reduces the whole of all contributions itself (one flag round);
+// above it the staged form, where each reduces its segment, is cheaper.
+inline constexpr std::size_t shared_whole_bytes = 64 * 1024;
 std::size_t shared_area_needed();
 
 // `seq` numbers the shared calls of the communicator (1, 2, ...). Results are the same bits
 // on every rank: each reduces all contributions in rank order.
-void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, const void* send,
+//
+// An allreduce above shared_whole_bytes runs in stages, a shared call each: it takes the
+// numbers after `calls` (the communicator's count of shared calls) and advances it past them
+// all, failed or not, so that a rank left behind meets a later number, never another call's
+// data under its own. Only a call that ranks made with other arguments (a usage Error at its
+// first stage, where every rank stops) takes a single number.
+void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t& calls, const void* send,
                       void* recv, std::size_t count, DataType type, ReduceOp op);
+// What that needs of a slot: the whole input where it fits, else a cache line per rank.
+inline std::size_t allreduce_shared_slot_bytes(std::size_t bytes, int ranks) {
+  return bytes <= shared_whole_bytes ? bytes : static_cast<std::size_t>(ranks) * 64;
+}
 // `recv` matters on the root only.
 void reduce_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, const void* send,
                    void* recv, std::size_t count, DataType type, ReduceOp op, int root);

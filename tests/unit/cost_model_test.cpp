@@ -30,7 +30,8 @@ Topology one_host(int ranks) {
   return {.ranks = ranks,
           .shares_memory = true,
           .reads_peers = true,
-          .shared_limit = 65536,
+          .shared_limit = 262144,
+          .shared_whole = 65536,
           .chunk_bytes = 262144,
           .element_bytes = 4};
 }
@@ -75,11 +76,47 @@ TEST(CostModel, UnknownCollectiveHasNoCandidates) {
   EXPECT_EQ(cheapest({}), -1);
 }
 
-TEST(CostModel, OneHostAllreducePicksSharedWhenSmallAndDirectWhenLarge) {
+TEST(CostModel, OneHostAllreduceGoesThroughTheSlotsUnlessReadingPeersIsMuchFaster) {
   EXPECT_EQ(pick("allreduce", 8, one_host(2), shm_model()), "shared");
   EXPECT_EQ(pick("allreduce", 4096, one_host(4), shm_model()), "shared");
-  EXPECT_EQ(pick("allreduce", 64 << 20, one_host(2), shm_model()), "direct");
-  EXPECT_EQ(pick("allreduce", 16 << 20, one_host(4), shm_model()), "direct");
+  EXPECT_EQ(pick("allreduce", 64 << 20, one_host(2), shm_model()), "shared");
+  EXPECT_EQ(pick("allreduce", 16 << 20, one_host(4), shm_model()), "shared");
+  CostModel m = shm_model();
+  m.read_bpus = 40000;  // cross-memory attach four times as fast as a copy
+  m.read_us = 1;
+  EXPECT_EQ(pick("allreduce", 64 << 20, one_host(2), m), "direct");
+}
+
+TEST(CostModel, StagedSharedAllreduceIsChargedItsCopiesAndAFlagRoundPerStage) {
+  const CostModel m = shm_model();
+  // Up to shared_whole: one flag round, a copy in, every rank reduces all contributions.
+  const double small = 65536;
+  EXPECT_NEAR(find(candidates("allreduce", 65536, one_host(4), m), "shared").predicted_us,
+              m.flag_us + small / m.copy_bpus + 3 * small / m.reduce_bpus, 1e-6);
+  // Larger, 2 ranks: stages of 128 KiB (half a 256 KiB slot) of each rank's 8 MiB half, 64 of
+  // them and the round that hands the last over. Each rank copies the half the other reduces
+  // in, its reduced half into its slot and the other's out (3n/2), and reduces its half.
+  const double n = 16 << 20;
+  const double stages = (n / 2) / (128 * 1024);
+  EXPECT_NEAR(find(candidates("allreduce", 16 << 20, one_host(2), m), "shared").predicted_us,
+              (stages + 1) * m.flag_us + 1.5 * n / m.copy_bpus + (n / 2) / m.reduce_bpus, 1e-6);
+}
+
+TEST(CostModel, RanksSharingCpusSlowTheirOwnWorkNotTheMeasuredFlagsAndMessages) {
+  CostModel m = shm_model();
+  m.read_bpus = 10000;
+  m.read_us = 2;
+  const double n = 16 << 20;
+  const double stages = (n / 4) / (64 * 1024);  // 4 ranks: a quarter of a 256 KiB slot each
+  const double flags = (stages + 1) * m.flag_us;
+  const double messages = 3 * m.alpha_us;  // the direct algorithm's postings, words, done
+  auto predicted = [&](const char* algo) {
+    return find(candidates("allreduce", 16 << 20, one_host(4), m), algo).predicted_us;
+  };
+  const double shared = predicted("shared"), direct = predicted("direct");
+  m.crowding = 2;  // 4 ranks on 2 CPUs
+  EXPECT_NEAR(predicted("shared") - flags, 2 * (shared - flags), 1e-6);
+  EXPECT_NEAR(predicted("direct") - messages, 2 * (direct - messages), 1e-6);
 }
 
 TEST(CostModel, DirectAlgorithmsAreChargedThePeerReadBandwidth) {
@@ -128,9 +165,13 @@ TEST(CostModel, SameHostAlgorithmsAreRefusedWithTheReasonAcrossHosts) {
   EXPECT_NE(find(list, "shared").why_not.find("one host"), std::string::npos);
   EXPECT_FALSE(find(list, "direct").usable);
   EXPECT_NE(find(list, "direct").why_not.find("cross-memory attach"), std::string::npos);
-  const auto big = candidates("allreduce", 1 << 20, one_host(2), shm_model());
+  const auto big = candidates("broadcast", 1 << 20, one_host(2), shm_model());
   EXPECT_FALSE(find(big, "shared").usable);
-  EXPECT_NE(find(big, "shared").why_not.find("65536"), std::string::npos);
+  EXPECT_NE(find(big, "shared").why_not.find("262144"), std::string::npos);
+  // An allreduce of any size goes in stages of a cache line per rank at least.
+  EXPECT_TRUE(find(candidates("allreduce", 1 << 20, one_host(4096), shm_model()), "shared").usable);
+  EXPECT_FALSE(
+      find(candidates("allreduce", 1 << 20, one_host(4097), shm_model()), "shared").usable);
 }
 
 TEST(CostModel, AcrossHostsLatencyBoundIsRecursiveDoublingBandwidthBoundHalvesTheData) {

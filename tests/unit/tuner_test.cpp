@@ -2,8 +2,10 @@
 // same algorithms, explain() shows every candidate and the pick, and the tuning file is
 // written, reused for the same placement, and replaced when it does not fit.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
@@ -98,7 +100,8 @@ TEST(Tuner, TuningFileIsWrittenReusedAndReplacedWhenItDoesNotFit) {
   EXPECT_NE(explain_with_file(2).find("measured at the first collective"), std::string::npos);
   const auto written = read_json(path);
   EXPECT_EQ(written.at("ranks"), 2);
-  for (const char* key : {"alpha_us", "link_gbs", "read_gbs", "reduce_gbs", "copy_gbs", "flag_us"})
+  for (const char* key :
+       {"alpha_us", "link_gbs", "read_gbs", "reduce_gbs", "copy_gbs", "flag_us", "crowding"})
     EXPECT_TRUE(written.contains(key)) << key << written;
 
   // The same job again: the file's costs, not a new measurement.
@@ -112,6 +115,24 @@ TEST(Tuner, TuningFileIsWrittenReusedAndReplacedWhenItDoesNotFit) {
   std::ofstream(path) << "garbage{";
   EXPECT_NE(explain_with_file(3).find("measured at the first collective"), std::string::npos);
   EXPECT_EQ(read_json(path).at("ranks"), 3);
+  std::remove(path.c_str());
+}
+
+// Ranks of one host that outnumber the CPUs they may run on share them: the tuner measures how
+// many share each (the copies and reductions it times run at full speed) and says so.
+TEST(Tuner, RanksThatOutnumberTheirCpusAreChargedForSharingThem) {
+  cpu_set_t set;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  const std::string path = "/tmp/anview-tuner-crowd-" + std::to_string(::getpid()) + ".json";
+  std::remove(path.c_str());
+  ScopedEnv file("ANVIEW_TUNING_FILE", path.c_str());
+  const std::string text = explain_with_file(4);
+  const double crowding = std::max(1.0, 4.0 / cpus);
+  EXPECT_DOUBLE_EQ(read_json(path).at("crowding").get<double>(), crowding);
+  char shown[64];
+  std::snprintf(shown, sizeof shown, ", %.1f ranks per CPU", crowding);
+  EXPECT_EQ(text.find(shown) != std::string::npos, crowding > 1) << text;
   std::remove(path.c_str());
 }
 
