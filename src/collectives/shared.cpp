@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <thread>
 
@@ -23,7 +25,11 @@ enum class Kind : std::uint32_t {
   reduce = 5
 };
 
-// The first cache line of a slot; the payload follows it.
+// Payloads up to this size travel in the header's cache line: a peer that sees the flag has
+// the data too (one cache-line transfer per small call, not two).
+constexpr std::size_t inline_payload = 32;
+
+// The first cache line of a slot; a larger payload follows it.
 struct alignas(64) SlotHeader {
   std::atomic<std::uint64_t> seq;  // the call whose contribution the slot holds (0: none yet)
   std::uint64_t count;             // what the call was, for the mismatch check
@@ -31,9 +37,20 @@ struct alignas(64) SlotHeader {
   std::uint32_t type;
   std::uint32_t op;
   std::int32_t root;
+  unsigned char small[inline_payload];
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "flags shared between processes");
 static_assert(sizeof(SlotHeader) == 64);
+static_assert(offsetof(SlotHeader, small) == 64 - inline_payload);
+
+// The first cache line of an area; the two slots follow it.
+struct alignas(64) AreaHeader {
+  // The last shared call this rank gave up on (its last number): it reads none of its peers'
+  // slots of that call or before any more. A call that ends well says so by the next one it
+  // publishes; one that fails may skip numbers, and says it here.
+  std::atomic<std::uint64_t> finished;
+};
+static_assert(sizeof(AreaHeader) == 64);
 
 // Tells the CPU this is a spin-wait (saves power, and the sibling hyperthread gets the core).
 inline void spin_pause() {
@@ -77,21 +94,53 @@ std::string describe(const SlotHeader& h) {
   return text;
 }
 
+const AreaHeader& area_header(const char* area) {
+  return *reinterpret_cast<const AreaHeader*>(area);
+}
+
+// Says, where the call fails (an exception leaves its scope), that this rank is done with the
+// peers' slots up to shared call `last`.
+class Finishing {
+ public:
+  // `last` is read at the end (a call may take fewer numbers than it reserved).
+  Finishing(const SharedAreas& areas, const std::uint64_t& last)
+      : areas_(areas), last_(last), exceptions_(std::uncaught_exceptions()) {}
+  Finishing(const Finishing&) = delete;
+  Finishing& operator=(const Finishing&) = delete;
+  ~Finishing() {
+    if (std::uncaught_exceptions() > exceptions_)
+      reinterpret_cast<AreaHeader*>(areas_.own)->finished.store(last_, std::memory_order_release);
+  }
+
+ private:
+  const SharedAreas& areas_;
+  const std::uint64_t& last_;
+  int exceptions_;
+};
+
 class Slots {
  public:
-  Slots(Call& call, const SharedAreas& areas, std::uint64_t seq)
-      : call_(call), areas_(areas), seq_(seq) {}
+  // `payload_bytes`: what the call publishes per rank, at most (where the payload lies).
+  Slots(Call& call, const SharedAreas& areas, std::uint64_t seq, std::size_t payload_bytes)
+      : call_(call),
+        areas_(areas),
+        seq_(seq),
+        payload_at_(payload_bytes <= inline_payload ? offsetof(SlotHeader, small)
+                                                    : sizeof(SlotHeader)) {}
 
-  // This rank's payload of this call, to fill before publish() (the slot is free: every peer
-  // published the previous call, so each is done reading the call before it).
-  char* own_payload() const { return areas_.own + (seq_ % 2) * slot_stride + sizeof(SlotHeader); }
+  // This rank's payload of this call, to fill before publish().
+  char* own_payload() {
+    claim();
+    return own_slot() + payload_at_;
+  }
 
   // Writes this rank's contribution (`bytes` of `data`, if any, else what own_payload() holds)
   // and raises its flag.
   void publish(Kind kind, const void* data, std::size_t bytes, std::uint64_t count, DataType type,
                ReduceOp op, int root) {
-    char* slot = areas_.own + (seq_ % 2) * slot_stride;
-    if (bytes > 0) std::memcpy(slot + sizeof(SlotHeader), data, bytes);
+    claim();
+    char* slot = own_slot();
+    if (bytes > 0) std::memcpy(slot + payload_at_, data, bytes);
     auto* h = reinterpret_cast<SlotHeader*>(slot);
     h->count = count;
     h->kind = kind;
@@ -105,15 +154,48 @@ class Slots {
   // Waits until every peer published this call, and checks it was called like this rank.
   void wait_all() {
     for (int i = 1; i < call_.size; ++i) wait_for(mod(call_.rank + i, call_.size));
+    areas_.synced = seq_;
+  }
+
+  // Waits until `peer` published this call (and checks it was called like this rank).
+  void wait_for(int peer) {
+    wait_until(
+        peer, [&] { return published(peer); }, "did not reach the call",
+        "its part of the call has not arrived");
   }
 
   // Rank r's payload of this call (this rank's too: its own slot).
-  const char* payload(int r) const { return slot(r) + sizeof(SlotHeader); }
+  const char* payload(int r) const { return slot(r) + payload_at_; }
 
  private:
-  const char* slot(int r) const {
-    const char* area = r == call_.rank ? areas_.own : areas_.peers[static_cast<std::size_t>(r)];
-    return area + (seq_ % 2) * slot_stride;
+  const char* area(int r) const {
+    return r == call_.rank ? areas_.own : areas_.peers[static_cast<std::size_t>(r)];
+  }
+  const char* slot(int r) const { return area(r) + sizeof(AreaHeader) + (seq_ % 2) * slot_stride; }
+  char* own_slot() const { return areas_.own + sizeof(AreaHeader) + (seq_ % 2) * slot_stride; }
+
+  // Before this rank writes its slot, waits until every peer is done with what the slot holds
+  // (call seq - 2): a peer that published seq - 1 is (calls run in order), and so is one that
+  // gave up on seq - 2 or later (`finished`). Known without a look where this rank saw every
+  // peer publish seq - 1; else (it did not wait for all in its last call: a broadcast's root,
+  // say) it looks.
+  void claim() {
+    if (claimed_) return;
+    claimed_ = true;
+    if (seq_ < 3 || areas_.synced + 1 >= seq_) return;
+    for (int i = 1; i < call_.size; ++i) {
+      const int peer = mod(call_.rank + i, call_.size);
+      const char* other = area(peer);
+      const auto& before = *reinterpret_cast<const SlotHeader*>(other + sizeof(AreaHeader) +
+                                                                ((seq_ - 1) % 2) * slot_stride);
+      wait_until(
+          peer,
+          [&] {
+            return before.seq.load(std::memory_order_acquire) + 1 >= seq_ ||
+                   area_header(other).finished.load(std::memory_order_acquire) + 2 >= seq_;
+          },
+          "did not finish the same-host collective before", "it is still reading the last call");
+    }
   }
   const SlotHeader* header(int r) const { return reinterpret_cast<const SlotHeader*>(slot(r)); }
 
@@ -143,18 +225,20 @@ class Slots {
                                    .cause = std::move(cause)});
   }
 
-  // Spins, then yields the CPU (at once where the ranks outnumber the CPUs: the peer waited
-  // for may need this one), then naps (a peer that comes late costs little); drives the
-  // communicator's progress now and then (so peers are served and a dead peer is noticed) and
-  // gives up when that peer is gone or at the call's deadline, naming it.
-  void wait_for(int peer) {
-    if (published(peer)) return;
+  // Waits until `ready()`, which `peer` makes true. Spins, then yields the CPU (at once where
+  // the ranks outnumber the CPUs: the peer waited for may need this one), then naps (a peer
+  // that comes late costs little); drives the communicator's progress now and then (so peers
+  // are served and a dead peer is noticed) and gives up when that peer is gone or at the
+  // call's deadline, naming it: "rank P <late> in N ms", `stalled` for the stall report.
+  template <typename Ready>
+  void wait_until(int peer, Ready&& ready, const char* late, const char* stalled) {
+    if (ready()) return;
     const auto start = base::Clock::now();
     auto next_check = start;
     StallClock stall(call_, start);
     for (unsigned round = 0;; ++round) {
       for (int i = 0; i < 64; ++i) {
-        if (published(peer)) return;
+        if (ready()) return;
         spin_pause();
       }
       const auto now = base::Clock::now();
@@ -165,7 +249,7 @@ class Slots {
       // the job's last barrier, say): only if it had not is its goodbye a failure. Other ranks
       // that left are skipped by first_peer_failure(); one that died fails the call.
       if (auto failure = call_.messenger.peer_failure(peer)) {
-        if (published(peer)) return;
+        if (ready()) return;
         rethrow(call_, *failure);
       }
       if (auto failure = call_.messenger.first_peer_failure()) rethrow(call_, *failure);
@@ -175,12 +259,11 @@ class Slots {
                     {.rank = call_.rank,
                      .peer = peer,
                      .operation = call_.operation(),
-                     .cause = "rank " + std::to_string(peer) + " did not reach the call in " +
+                     .cause = "rank " + std::to_string(peer) + " " + late + " in " +
                               std::to_string(call_.timeout.count()) +
                               " ms (same-host collective #" + std::to_string(seq_) + ")"});
       }
-      stall.check(call_.world(peer),
-                  [] { return std::string("its part of the call has not arrived"); });
+      stall.check(call_.world(peer), [&] { return std::string(stalled); });
       if (waited > std::chrono::milliseconds(2))
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       else if (areas_.crowded || waited > std::chrono::microseconds(50))
@@ -191,13 +274,15 @@ class Slots {
   Call& call_;
   const SharedAreas& areas_;
   std::uint64_t seq_;
+  std::size_t payload_at_;  // from the slot's start
   const SlotHeader* mine_ = nullptr;
+  bool claimed_ = false;
 };
 
 }  // namespace
 
 std::size_t shared_area_needed() {
-  return 2 * slot_stride;
+  return sizeof(AreaHeader) + 2 * slot_stride;
 }
 
 namespace {
@@ -231,7 +316,7 @@ void allreduce_staged(Call& call, const SharedAreas& areas, std::uint64_t first,
   };
   auto part_of = [&](auto* payload, int r) { return payload + static_cast<std::size_t>(r) * part; };
   for (std::uint64_t k = 0; k <= stages; reached = ++k) {
-    Slots slots(call, areas, first + k);
+    Slots slots(call, areas, first + k, shared_slot_payload);
     char* mine = slots.own_payload();
     if (k > 0) {
       const Segment done = stage(call.rank, k - 1);
@@ -286,6 +371,7 @@ void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t& calls
     }
     const std::uint64_t stages = (segment(count, call.size, 0).count + per - 1) / per;
     calls += stages;
+    const Finishing done(areas, calls);
     std::uint64_t reached = 0;
     try {
       allreduce_staged(call, areas, seq, stages, reached, send, recv, count, type, op);
@@ -295,7 +381,8 @@ void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t& calls
     }
     return;
   }
-  Slots slots(call, areas, seq);
+  const Finishing done(areas, seq);
+  Slots slots(call, areas, seq, bytes);
   slots.publish(Kind::allreduce, send, bytes, count, type, op, -1);
   slots.wait_all();
   reduce_to(recv, slots.payload(0), slots.payload(1), count, type, op);
@@ -306,10 +393,11 @@ void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t& calls
 void reduce_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, const void* send,
                    void* recv, std::size_t count, DataType type, ReduceOp op, int root) {
   const std::size_t bytes = count * size_of(type);
-  Slots slots(call, areas, seq);
+  const Finishing done(areas, seq);
+  Slots slots(call, areas, seq, bytes);
   slots.publish(Kind::reduce, send, bytes, count, type, op, root);
-  slots.wait_all();  // every call waits for all: a slot is reused only once all have moved on
-  if (call.rank != root) return;
+  if (call.rank != root) return;  // the root reads the slot, maybe after this rank returned
+  slots.wait_all();
   reduce_to(recv, slots.payload(0), slots.payload(1), count, type, op);
   for (int r = 2; r < call.size; ++r) reduce_into(recv, slots.payload(r), count, type, op);
   if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
@@ -317,7 +405,8 @@ void reduce_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, cons
 
 void allgather_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, const void* send,
                       void* recv, std::size_t block) {
-  Slots slots(call, areas, seq);
+  const Finishing done(areas, seq);
+  Slots slots(call, areas, seq, block);
   slots.publish(Kind::allgather, send, block, block, DataType::uint8, ReduceOp::sum, -1);
   slots.wait_all();
   auto* out = static_cast<char*>(recv);
@@ -329,15 +418,18 @@ void allgather_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, c
 
 void broadcast_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, void* data,
                       std::size_t bytes, int root) {
-  Slots slots(call, areas, seq);
+  const Finishing done(areas, seq);
+  Slots slots(call, areas, seq, bytes);
   slots.publish(Kind::broadcast, call.rank == root ? data : nullptr, call.rank == root ? bytes : 0,
                 bytes, DataType::uint8, ReduceOp::sum, root);
-  slots.wait_all();
-  if (call.rank != root && bytes > 0) std::memcpy(data, slots.payload(root), bytes);
+  if (call.rank == root) return;  // the others read the slot, maybe after the root returned
+  slots.wait_for(root);
+  if (bytes > 0) std::memcpy(data, slots.payload(root), bytes);
 }
 
 void barrier_shared(Call& call, const SharedAreas& areas, std::uint64_t seq) {
-  Slots slots(call, areas, seq);
+  const Finishing done(areas, seq);
+  Slots slots(call, areas, seq, 0);
   slots.publish(Kind::barrier, nullptr, 0, 0, DataType::uint8, ReduceOp::sum, -1);
   slots.wait_all();
 }

@@ -3,11 +3,15 @@
 // flag and read the data in place. No message and no system call: a small allreduce among the
 // processes of one host costs a few cache-line transfers.
 //
-// An area holds two slots, used by alternate calls. Every call waits until every rank has
-// published it, so when a rank reuses a slot two calls later, each peer has published the call
-// in between and has therefore finished reading the slot. Calls are numbered by the
-// communicator (the same on every rank, 1, 2, ...): a peer that published a later number than
-// this rank's call has run more collectives, which is reported as a usage Error at once.
+// An area holds a line that says which call its rank is done with and two slots, used by
+// alternate calls. A rank reuses a slot two calls later only once every peer has finished
+// reading it: certain where it saw every peer publish the call in between (allreduce,
+// allgather and barrier wait for all), else it waits for the peers' "done" line. So a
+// broadcast's root and a reduce's other ranks publish and return at once; the ranks that read
+// their slot are the ones that check the call's arguments (a mismatch is reported there).
+// Calls are numbered by the communicator (the same on every rank, 1, 2, ...): a peer that
+// published a later number than this rank's call has run more collectives, which is reported
+// as a usage Error at once.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +26,8 @@ struct SharedAreas {
   char* own = nullptr;             // this rank's area
   std::vector<const char*> peers;  // by rank (null for this rank), mapped read-only
   bool crowded = false;            // more ranks than CPUs this process may run on
+  // The last shared call this rank saw every peer publish (this rank's own bookkeeping).
+  mutable std::uint64_t synced = 0;
 };
 
 // The largest payload a slot holds, and the area size two slots need. A larger allreduce

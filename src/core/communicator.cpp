@@ -89,7 +89,8 @@ namespace {
 
 // Runs a collective's job; when it fails, the flight recorder's dump is written first. Every
 // path runs jobs through it: here for a blocking call, on the worker for the others.
-void run_dumping_on_error(const std::function<void()>& job) {
+template <typename Job>
+void run_dumping_on_error(Job& job) {
   try {
     job();
   } catch (const Error& e) {
@@ -104,7 +105,8 @@ std::function<void()> dumping_on_error(std::function<void()> job) {
 
 }  // namespace
 
-void CommunicatorImpl::run_collective(const char* name, std::function<void()> job) {
+template <typename Job>
+void CommunicatorImpl::run_collective(const char* name, Job&& job) {
   CollectiveWorker* worker;
   {
     std::lock_guard lock(worker_mu_);
@@ -112,7 +114,8 @@ void CommunicatorImpl::run_collective(const char* name, std::function<void()> jo
   }
   if (worker == nullptr) return run_dumping_on_error(job);  // no allocation on this path
   auto request = messenger_->external_request(name);
-  worker->submit(request, 0, dumping_on_error(std::move(job)), /*caller_waits=*/true);
+  worker->submit(request, 0, dumping_on_error(std::function<void()>(std::forward<Job>(job))),
+                 /*caller_waits=*/true);
   // Each step of the collective has its own deadline: wait for as long as it runs.
   for (;;) {
     try {

@@ -30,6 +30,8 @@
 //                usage Error naming a peer at once
 //   coll_direct_late  a rank that gave up on a direct allreduce is not written into by a late
 //                peer, which fails at once naming it
+//   coll_runahead  same-host broadcasts and reduces whose ranks that read nothing return at
+//                once, with a rank now and then late: every result right, nothing overwritten
 //
 // Every check that fails raises Failure; main prints "anview_p2p_check SCENARIO: rank R
 // FAILED: why" on stderr and exits 1. On success rank 0 prints one summary line and every
@@ -2335,6 +2337,56 @@ std::string coll_direct(Job& job) {
              "rank naming a peer, and the next call worked");
 }
 
+// coll_runahead: a broadcast's root and a reduce's other ranks publish in their shared area
+// and return, so they run ahead of the ranks that read; a rank reuses its slot only once every
+// peer is done with it. Each rank is late now and then (a few milliseconds), so the others
+// run ahead as far as the slots let them. Inline (8 B) and out-of-line (4 KiB) payloads, roots
+// taking turns, allreduces between.
+std::string coll_runahead(Job& job) {
+  const int n = job.size();
+  const int me = job.rank();
+  auto& comm = job.comm();
+  const char* transports = std::getenv("ANVIEW_TRANSPORTS");
+  const bool shared =
+      transports == nullptr || std::string(transports).find("shm") != std::string::npos;
+  for (const char* op : {"broadcast", "reduce"}) {
+    const std::string algo = comm.collective_algorithm(op, 8);
+    require((algo == "shared") == shared, op, " of 8 B uses ", algo);
+  }
+  constexpr int rounds = 3000;
+  for (const std::size_t count : {std::size_t{2}, std::size_t{1024}}) {
+    std::vector<std::int32_t> data(count), sum(count);
+    for (int i = 0; i < rounds; ++i) {
+      const int root = i % n;
+      if (i % 211 == 37 * me % 211) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      for (std::size_t k = 0; k < count; ++k)
+        data[k] = me == root ? static_cast<std::int32_t>(i * 7 + k) : -1;
+      comm.broadcast(data.data(), count, anview::DataType::int32, root);
+      for (std::size_t k = 0; k < count; ++k)
+        require(data[k] == static_cast<std::int32_t>(i * 7 + k), "broadcast ", i, " from ", root,
+                " (", count, " int32): element ", k, " is ", data[k]);
+      for (std::size_t k = 0; k < count; ++k) data[k] = static_cast<std::int32_t>(i + me + k);
+      comm.reduce(data.data(), sum.data(), count, anview::DataType::int32, anview::ReduceOp::sum,
+                  root);
+      if (me == root) {
+        for (std::size_t k = 0; k < count; ++k) {
+          const auto want = static_cast<std::int32_t>(n * (i + k) + n * (n - 1) / 2);
+          require(sum[k] == want, "reduce ", i, " to ", root, " (", count, " int32): element ", k,
+                  " is ", sum[k], ", not ", want);
+        }
+      }
+      if (i % 50 == 0) {
+        std::int32_t x = i + me;
+        comm.allreduce(&x, 1, anview::DataType::int32, anview::ReduceOp::max);
+        require(x == i + n - 1, "allreduce ", i, " gave ", x);
+      }
+    }
+  }
+  job.leave(n);
+  return cat(rounds, " broadcasts and reduces of 8 B and 4 KiB with rotating roots and late ranks",
+             shared ? " through the shared areas" : "", ": every result right");
+}
+
 // coll_direct_late (2 ranks, ANVIEW_TIMEOUT=2): rank 0 gives up on a direct allreduce (its
 // timeout passes) before rank 1 comes. Direct allreduce writes into the peers' receive buffers,
 // so rank 1, coming late with rank 0's posting in hand, must not write into rank 0's buffer,
@@ -3047,6 +3099,7 @@ const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"rma_kill", rma_kill},
     {"coll_direct", coll_direct},
     {"coll_direct_late", coll_direct_late},
+    {"coll_runahead", coll_runahead},
     {"coll_stall", coll_stall},
     {"dump", dump},
     {"metrics", metrics},
