@@ -1,13 +1,12 @@
 #include "collectives/collectives.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 #include "base/config.hpp"
+#include "base/cpus.hpp"
 #include "collectives/reduce.hpp"
 
 namespace anview::collectives {
@@ -140,8 +139,8 @@ int Collectives::local_placement() const {
     shared_areas_ = SharedAreas{};
     shared_areas_.peers.assign(static_cast<std::size_t>(n), nullptr);
     const transport::SharedArea own = messenger_.own_area();
-    cpu_set_t cpus;
-    shared_areas_.crowded = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) < n;
+    const int cpus = base::usable_cpus();
+    shared_areas_.crowded = cpus > 0 && cpus < n;
     shared_areas_.own = own.bytes >= shared_area_needed() ? own.data : nullptr;
     bool read_all = n > 1, share_all = n > 1 && shared_areas_.own != nullptr;
     for (int p = 0; p < n; ++p) {

@@ -3,10 +3,11 @@
 // flag and read the data in place. No message and no system call: a small allreduce among the
 // processes of one host costs a few cache-line transfers.
 //
-// An area holds a line that says which call its rank is done with and two slots, used by
+// An area holds a line that says which call its rank gave up on and two slots, used by
 // alternate calls. A rank reuses a slot two calls later only once every peer has finished
 // reading it: certain where it saw every peer publish the call in between (allreduce,
-// allgather and barrier wait for all), else it waits for the peers' "done" line. So a
+// allgather and barrier wait for all), else it waits until each peer has published that call
+// (or given up on it). So a
 // broadcast's root and a reduce's other ranks publish and return at once; the ranks that read
 // their slot are the ones that check the call's arguments (a mismatch is reported there).
 // Calls are numbered by the communicator (the same on every rank, 1, 2, ...): a peer that

@@ -1,7 +1,5 @@
 #include "collectives/tuning.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "base/config.hpp"
+#include "base/cpus.hpp"
 #include "base/log.hpp"
 #include "collectives/reduce.hpp"
 #include "collectives/steps.hpp"
@@ -53,8 +52,9 @@ enum Field {
 };
 using Values = std::array<double, fields>;
 
+// `rounds` timings of `step`, in microseconds.
 template <typename Step>
-double median_us(int rounds, Step&& step) {
+std::vector<double> timed_us(int rounds, Step&& step) {
   std::vector<double> times;
   for (int i = 0; i < rounds; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -63,6 +63,12 @@ double median_us(int rounds, Step&& step) {
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
             .count());
   }
+  return times;
+}
+
+template <typename Step>
+double median_us(int rounds, Step&& step) {
+  std::vector<double> times = timed_us(rounds, step);
   std::nth_element(times.begin(), times.begin() + rounds / 2, times.end());
   return times[static_cast<std::size_t>(rounds / 2)];
 }
@@ -71,15 +77,8 @@ double median_us(int rounds, Step&& step) {
 // crowding of its host (a median would catch a rank kept off its CPU by another now and then).
 template <typename Step>
 double fastest_us(int rounds, Step&& step) {
-  double best = 0;
-  for (int i = 0; i < rounds; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    step();
-    const double us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-    best = i == 0 ? us : std::min(best, us);
-  }
-  return best;
+  const std::vector<double> times = timed_us(rounds, step);
+  return *std::min_element(times.begin(), times.end());
 }
 
 // Ranks of this rank's host per CPU this process may run on, at least 1.
@@ -89,9 +88,8 @@ double host_crowding(const Call& call, const HostLayout* layout) {
     const auto me = static_cast<std::size_t>(call.rank);
     ranks = layout->hosts[static_cast<std::size_t>(layout->host_of[me])].size();
   }
-  cpu_set_t cpus;
-  if (::sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) <= 0) return 1;
-  return std::max(1.0, static_cast<double>(ranks) / CPU_COUNT(&cpus));
+  const int cpus = base::usable_cpus();
+  return cpus > 0 ? std::max(1.0, static_cast<double>(ranks) / cpus) : 1.0;
 }
 
 // Microseconds per byte of a large_bytes message to the right neighbour while one comes from
