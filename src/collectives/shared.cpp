@@ -49,6 +49,11 @@ struct alignas(64) AreaHeader {
   // slots of that call or before any more. A call that ends well says so by the next one it
   // publishes; one that fails may skip numbers, and says it here.
   std::atomic<std::uint64_t> finished;
+  // Why, written before `finished`: the kind of the error and the rank it named, so a peer that
+  // comes late fails at once with the cause (a lost rank is named as lost by every survivor,
+  // whichever of them noticed first).
+  std::atomic<std::uint32_t> blamed_kind;
+  std::atomic<std::int32_t> blamed;
 };
 static_assert(sizeof(AreaHeader) == 64);
 
@@ -219,10 +224,42 @@ class Slots {
   }
 
   [[noreturn]] void mismatch(int peer, std::string cause) const {
-    throw Error(ErrorKind::usage, {.rank = call_.rank,
-                                   .peer = peer,
-                                   .operation = call_.operation(),
-                                   .cause = std::move(cause)});
+    fail(Error(ErrorKind::usage, {.rank = call_.rank,
+                                  .peer = peer,
+                                  .operation = call_.operation(),
+                                  .cause = std::move(cause)}));
+  }
+
+  // Throws `e`, leaving its kind and the rank it names in this rank's area for the peers
+  // (Finishing then says which calls this rank gave up).
+  [[noreturn]] void fail(const Error& e) const {
+    auto& own = *reinterpret_cast<AreaHeader*>(areas_.own);
+    own.blamed_kind.store(static_cast<std::uint32_t>(e.kind()), std::memory_order_relaxed);
+    own.blamed.store(e.context().peer, std::memory_order_relaxed);
+    throw e;
+  }
+
+  // `peer` gave up on this call (a later number of a staged one, or this) and will not publish
+  // it: the error it met, or a timeout naming it.
+  [[noreturn]] void peer_gave_up(int peer, const AreaHeader& theirs) const {
+    const auto kind = static_cast<ErrorKind>(theirs.blamed_kind.load(std::memory_order_relaxed));
+    const int blamed = theirs.blamed.load(std::memory_order_relaxed);
+    const std::string seq = " (same-host collective #" + std::to_string(seq_) + ")";
+    if (kind == ErrorKind::peer_lost && blamed >= 0 && blamed != call_.rank) {
+      fail(Error(ErrorKind::peer_lost,
+                 {.rank = call_.rank,
+                  .peer = blamed,
+                  .operation = call_.operation(),
+                  .cause = "rank " + std::to_string(peer) + " gave up on the call: it lost rank " +
+                           std::to_string(blamed) + seq}));
+    }
+    fail(Error(ErrorKind::timeout,
+               {.rank = call_.rank,
+                .peer = peer,
+                .operation = call_.operation(),
+                .cause = "rank " + std::to_string(peer) + " gave up on the call before this " +
+                         "rank's part of it came (" + to_string(kind) + " error naming rank " +
+                         std::to_string(blamed) + ")" + seq}));
   }
 
   // Waits until `ready()`, which `peer` makes true. Spins, then yields the CPU (at once where
@@ -250,18 +287,22 @@ class Slots {
       // that left are skipped by first_peer_failure(); one that died fails the call.
       if (auto failure = call_.messenger.peer_failure(peer)) {
         if (ready()) return;
-        rethrow(call_, *failure);
+        fail(failure->for_operation(call_.operation(), std::nullopt));
       }
-      if (auto failure = call_.messenger.first_peer_failure()) rethrow(call_, *failure);
+      if (auto failure = call_.messenger.first_peer_failure())
+        fail(failure->for_operation(call_.operation(), std::nullopt));
+      const AreaHeader& theirs = area_header(area(peer));
+      if (theirs.finished.load(std::memory_order_acquire) >= seq_ && !ready())
+        peer_gave_up(peer, theirs);
       const auto waited = now - start;
       if (waited >= call_.timeout) {
-        throw Error(ErrorKind::timeout,
-                    {.rank = call_.rank,
-                     .peer = peer,
-                     .operation = call_.operation(),
-                     .cause = "rank " + std::to_string(peer) + " " + late + " in " +
-                              std::to_string(call_.timeout.count()) +
-                              " ms (same-host collective #" + std::to_string(seq_) + ")"});
+        fail(Error(ErrorKind::timeout,
+                   {.rank = call_.rank,
+                    .peer = peer,
+                    .operation = call_.operation(),
+                    .cause = "rank " + std::to_string(peer) + " " + late + " in " +
+                             std::to_string(call_.timeout.count()) + " ms (same-host collective #" +
+                             std::to_string(seq_) + ")"}));
       }
       stall.check(call_.world(peer), [&] { return std::string(stalled); });
       if (waited > std::chrono::milliseconds(2))

@@ -28,8 +28,8 @@
 //                placement allows (shared and direct on one host, else recursive doubling and
 //                the ring); on one host, a rank called with another count or operation gets a
 //                usage Error naming a peer at once
-//   coll_direct_late  a rank that gave up on a direct allreduce is not written into by a late
-//                peer, which fails at once naming it
+//   coll_late    a rank that gave up on a same-host allreduce (ANVIEW_ALGO's, direct or
+//                shared) is not written into by a late peer, which fails at once naming it
 //   coll_runahead  same-host broadcasts and reduces whose ranks that read nothing return at
 //                once, with a rank now and then late: every result right, nothing overwritten
 //
@@ -2387,17 +2387,22 @@ std::string coll_runahead(Job& job) {
              shared ? " through the shared areas" : "", ": every result right");
 }
 
-// coll_direct_late (2 ranks, ANVIEW_TIMEOUT=2): rank 0 gives up on a direct allreduce (its
-// timeout passes) before rank 1 comes. Direct allreduce writes into the peers' receive buffers,
-// so rank 1, coming late with rank 0's posting in hand, must not write into rank 0's buffer,
-// which is rank 0's again: rank 0 said no-go. Rank 1 fails at once naming rank 0.
-std::string coll_direct_late(Job& job) {
-  require(job.size() == 2, "coll_direct_late runs on 2 ranks");
+// coll_late (2 ranks, ANVIEW_TIMEOUT=2, ANVIEW_ALGO=allreduce=direct or shared): rank 0
+// gives up on a 4 MiB allreduce (its timeout passes) before rank 1 comes. Direct allreduce
+// writes into the peers' receive buffers, so rank 1, coming late with rank 0's posting in hand,
+// must not write into rank 0's buffer, which is rank 0's again: rank 0 said no-go. The shared
+// (staged) one published its first stage before it gave up, and publishes no more. Either way
+// rank 1 fails at once naming rank 0, not at its own timeout.
+std::string coll_late(Job& job) {
+  require(job.size() == 2, "coll_late runs on 2 ranks");
+  const char* forced = std::getenv("ANVIEW_ALGO");
+  const std::string want = forced != nullptr ? forced : "";
+  require(want.rfind("allreduce=", 0) == 0, "coll_late needs ANVIEW_ALGO=allreduce=...");
   const std::size_t count = std::size_t{1} << 20;  // 4 MiB of float32
   std::vector<float> data(count, 1.0f);
   job.comm().allreduce(data.data(), count, anview::DataType::float32, anview::ReduceOp::sum);
   const std::string algo = job.comm().collective_algorithm("allreduce", count * sizeof(float));
-  require(algo == "direct", "a 4 MiB allreduce on one host uses ", algo, ", not direct");
+  require("allreduce=" + algo == want, "a 4 MiB allreduce uses ", algo, ", not ", want);
   job.barrier(2);
   if (job.rank() == 0) {
     std::fill(data.begin(), data.end(), 7.0f);
@@ -3098,7 +3103,7 @@ const std::map<std::string, std::string (*)(Job&)> scenarios = {
     {"one_sided", one_sided},
     {"rma_kill", rma_kill},
     {"coll_direct", coll_direct},
-    {"coll_direct_late", coll_direct_late},
+    {"coll_late", coll_late},
     {"coll_runahead", coll_runahead},
     {"coll_stall", coll_stall},
     {"dump", dump},
