@@ -216,10 +216,17 @@ TEST(MultiprocKill, MixedFourRanks) {
 
 // A rank dies in the middle of a loop of allreduces: every survivor fails with peer_lost naming
 // it within seconds, also those that were waiting for a live neighbour (the ring).
-// Over shm the 1 MiB allreduce reads its peers' memory (direct): the survivors may be reading
-// the victim's buffers when it dies.
+// Over shm the 1 MiB allreduce is the tuner's pick, and each same-host form forced: `shared`
+// (staged through the ranks' shared areas: the survivors wait on the victim's slot flags) and
+// `direct` (the survivors may be reading the victim's buffers when it dies).
 TEST(MultiprocKill, DuringAllreduceFourRanks) {
   kill_one_rank(4, {}, {}, "coll_kill");
+}
+TEST(MultiprocKill, DuringSharedAllreduceFourRanks) {
+  kill_one_rank(4, {"ANVIEW_ALGO=allreduce=shared"}, {}, "coll_kill");
+}
+TEST(MultiprocKill, DuringDirectAllreduceFourRanks) {
+  kill_one_rank(4, {"ANVIEW_ALGO=allreduce=direct"}, {}, "coll_kill");
 }
 TEST(MultiprocKill, DuringRingAllreduceFourRanks) {
   kill_one_rank(4, {"ANVIEW_ALGO=allreduce=ring"}, {}, "coll_kill");
