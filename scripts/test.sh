@@ -6,8 +6,12 @@
 #   3. TSan build of the unit tests (the threaded core: thread-per-rank communicators);
 #   4. the fuzz targets with clang's libFuzzer, 30 s each (scripts/fuzz.sh; eight targets, two
 #      at a time: 120 s).
-# Tests run one at a time: the multi-process tests start several ranks each, and a 2-core
-# machine has no room for two of them at once.
+# ctest runs two tests at a time on a 2-core machine, but every test that starts several
+# processes (the multi-process, launcher and Python tests) declares PROCESSORS >= 2 and so runs
+# alone: only single-process tests share the machine.
+# The sanitizer builds compile at -O1 with line tables only (-g1): what ASan, UBSan and TSan
+# need for their reports with file:line stacks, at half the compile time of -O2 -g (the ASan
+# build was 15 of the 52 minutes the whole script took on a 2-core machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -20,8 +24,9 @@ configure_and_build() {  # BUILD_DIR TARGET CMAKE_ARGS...
   cmake --build "$dir" -j "$jobs" --target "$target"
 }
 
+sanitizer_flags="-O1 -g1 -DNDEBUG"
 configure_and_build build-tsan anview_unit_tests -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DANVIEW_SANITIZE=thread
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=thread
 echo "=== test.sh: unit tests under ThreadSanitizer"
 # UCX's memory hooks (libucm patches mmap/madvise for its registration cache) run inside
 # exiting threads' stack teardown, where TSan's interceptors crash: off for this stage (there
@@ -33,11 +38,12 @@ ANVIEW_LOG_LEVEL=error TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 echo "=== test.sh: fuzz targets (libFuzzer)"
 ./scripts/fuzz.sh 30
 
-configure_and_build build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo -DANVIEW_SANITIZE=address
+configure_and_build build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=address
 echo "=== test.sh: every test under ASan+UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure --timeout 300
+  ctest --test-dir build-asan --output-on-failure --timeout 300 -j "$jobs"
 
 configure_and_build build all -DCMAKE_BUILD_TYPE=Release
 echo "=== test.sh: every test, Release"
-ctest --test-dir build --output-on-failure --timeout 300
+ctest --test-dir build --output-on-failure --timeout 300 -j "$jobs"

@@ -105,12 +105,21 @@ const char* const configurations[] = {
     "allreduce=rabenseifner,broadcast=chain,allgather=bruck,alltoall=bruck",
     "allreduce=ring,broadcast=chain,allgather=ring"};
 
+// Under ThreadSanitizer (CI's stage for the threaded core) this test took 4.4 of that stage's
+// 7.2 minutes, most of it in the 33 and 64 rank runs; the races TSan looks for show with 16
+// threads, and the Release and ASan runs check the arithmetic at every count.
+#if defined(__SANITIZE_THREAD__)
+constexpr int rank_counts[] = {1, 2, 3, 4, 5, 7, 8, 13, 16};
+#else
+constexpr int rank_counts[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 33, 64};
+#endif
+
 TEST(CollectivesSweep, EveryCollectiveAndAlgorithmOnOneTo64ThreadRanks) {
   ScopedEnv transports("ANVIEW_TRANSPORTS", "inproc");
   ScopedEnv chunk("ANVIEW_COLL_CHUNK", "4096");  // 4099 int32 span several chunks
   for (const char* forced : configurations) {
     ScopedEnv algo("ANVIEW_ALGO", forced);
-    for (int n : {1, 2, 3, 4, 5, 7, 8, 13, 16, 33, 64}) {
+    for (int n : rank_counts) {
       SCOPED_TRACE(std::string(forced) + ", " + std::to_string(n) + " ranks");
       run_ranks(
           n,
