@@ -80,6 +80,7 @@ CommunicatorImpl::CommunicatorImpl(int rank, int size, Store store,
 CommunicatorImpl::~CommunicatorImpl() {
   if (names_process_) MetricsServer::instance().detach();
   DumpService::instance().remove(dump_source_);
+  worker_started_.store(nullptr, std::memory_order_relaxed);
   worker_.reset();  // its collectives use collectives_ and the messenger
   messenger_->shutdown();
   if (base::Trace* trace = base::Trace::active()) trace->close();  // the last one writes it
@@ -107,11 +108,7 @@ std::function<void()> dumping_on_error(std::function<void()> job) {
 
 template <typename Job>
 void CommunicatorImpl::run_collective(const char* name, Job&& job) {
-  CollectiveWorker* worker;
-  {
-    std::lock_guard lock(worker_mu_);
-    worker = worker_.get();
-  }
+  CollectiveWorker* worker = worker_started_.load(std::memory_order_acquire);
   if (worker == nullptr) return run_dumping_on_error(job);  // no allocation on this path
   auto request = messenger_->external_request(name);
   worker->submit(request, 0, dumping_on_error(std::function<void()>(std::forward<Job>(job))),
@@ -132,7 +129,10 @@ Request CommunicatorImpl::start_collective(const char* name, std::size_t bytes,
   auto request = messenger_->external_request(name);
   {
     std::lock_guard lock(worker_mu_);
-    if (!worker_) worker_ = std::make_unique<CollectiveWorker>(*messenger_);
+    if (!worker_) {
+      worker_ = std::make_unique<CollectiveWorker>(*messenger_);
+      worker_started_.store(worker_.get(), std::memory_order_release);
+    }
     worker_->submit(request, bytes, dumping_on_error(std::move(job)));
   }
   return Request(std::move(request));
