@@ -3,13 +3,15 @@
 // flag and read the data in place. No message and no system call: a small allreduce among the
 // processes of one host costs a few cache-line transfers.
 //
-// An area holds a line that says which call its rank gave up on and two slots, used by
-// alternate calls. A rank reuses a slot two calls later only once every peer has finished
-// reading it: certain where it saw every peer publish the call in between (allreduce,
-// allgather and barrier wait for all), else it waits until each peer has published that call
-// (or given up on it). So a
-// broadcast's root and a reduce's other ranks publish and return at once; the ranks that read
-// their slot are the ones that check the call's arguments (a mismatch is reported there).
+// An area holds a line that says which call its rank gave up on (and why), a ring of 16 call
+// headers (a call's arguments, its flag and a payload of up to 32 bytes, in one cache line)
+// and two payload slots for larger payloads, used by alternate calls. A rank rewrites a
+// header line 16 calls later, a payload slot 2 calls later, only once every peer has finished
+// reading it: certain where it saw the peer publish a later call (allreduce, allgather and
+// barrier wait for all), else it looks, and where the peer is behind, waits until it is
+// half a ring further. So a broadcast's root and a reduce's other ranks publish and return at
+// once, up to 15 calls ahead of the slowest reader; the ranks that read are the ones that
+// check the call's arguments (a mismatch is reported there).
 // Calls are numbered by the communicator (the same on every rank, 1, 2, ...): a peer that
 // published a later number than this rank's call has run more collectives, which is reported
 // as a usage Error at once.
@@ -27,8 +29,8 @@ struct SharedAreas {
   char* own = nullptr;             // this rank's area
   std::vector<const char*> peers;  // by rank (null for this rank), mapped read-only
   bool crowded = false;            // more ranks than CPUs this process may run on
-  // The last shared call this rank saw every peer publish (this rank's own bookkeeping).
-  mutable std::uint64_t synced = 0;
+  // By rank: the last shared call this rank knows the peer published (its own bookkeeping).
+  mutable std::vector<std::uint64_t> seen;
 };
 
 // The largest payload a slot holds, and the area size two slots need. A larger allreduce

@@ -2338,10 +2338,12 @@ std::string coll_direct(Job& job) {
 }
 
 // coll_runahead: a broadcast's root and a reduce's other ranks publish in their shared area
-// and return, so they run ahead of the ranks that read; a rank reuses its slot only once every
-// peer is done with it. Each rank is late now and then (a few milliseconds), so the others
-// run ahead as far as the slots let them. Inline (8 B) and out-of-line (4 KiB) payloads, roots
-// taking turns, allreduces between.
+// and return, so they run ahead of the ranks that read; a rank reuses a header line, ring
+// entry or payload slot only once every peer is done with it. Each rank is late now and then
+// (a few milliseconds), so the others run ahead as far as the area lets them. Payloads in the
+// header line (8 B), in the ring (4 KiB) and in the two slots (16 KiB), roots taking turns,
+// allreduces between. (CMake forces broadcast and reduce to `shared`: the tuner may send
+// 16 KiB elsewhere.)
 std::string coll_runahead(Job& job) {
   const int n = job.size();
   const int me = job.rank();
@@ -2354,7 +2356,7 @@ std::string coll_runahead(Job& job) {
     require((algo == "shared") == shared, op, " of 8 B uses ", algo);
   }
   constexpr int rounds = 3000;
-  for (const std::size_t count : {std::size_t{2}, std::size_t{1024}}) {
+  for (const std::size_t count : {std::size_t{2}, std::size_t{1024}, std::size_t{4096}}) {
     std::vector<std::int32_t> data(count), sum(count);
     for (int i = 0; i < rounds; ++i) {
       const int root = i % n;
@@ -2383,7 +2385,8 @@ std::string coll_runahead(Job& job) {
     }
   }
   job.leave(n);
-  return cat(rounds, " broadcasts and reduces of 8 B and 4 KiB with rotating roots and late ranks",
+  return cat(rounds,
+             " broadcasts and reduces of 8 B, 4 KiB and 16 KiB with rotating roots and late ranks",
              shared ? " through the shared areas" : "", ": every result right");
 }
 

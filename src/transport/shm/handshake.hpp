@@ -44,9 +44,10 @@ inline std::size_t slot_offset(int slot, std::size_t ring_bytes) {
   return page_bytes + static_cast<std::size_t>(slot) * slot_bytes(ring_bytes);
 }
 
-// The shared area: a cache line, then two collective slots of a cache line of header and
-// 256 KiB of data (src/collectives/shared.cpp lays it out).
-inline constexpr std::size_t area_bytes = 129 * page_bytes;
+// The shared area: a cache line, a ring of 16 collective call headers (a cache line each) and
+// one of 16 payloads of 4 KiB, then two payload slots of 256 KiB (src/collectives/shared.cpp
+// lays it out).
+inline constexpr std::size_t area_bytes = 145 * page_bytes;
 inline std::size_t area_offset(int slots, std::size_t ring_bytes) {
   return slot_offset(slots, ring_bytes);
 }
