@@ -117,15 +117,25 @@ const AreaHeader& area_header(const char* area) {
   return *reinterpret_cast<const AreaHeader*>(area);
 }
 
-// Runs `body`, a shared call; where it fails, says that this rank is done with the peers'
-// slots up to shared call `last` (read then: a call may take fewer numbers than it reserved).
-// A try block, not a destructor that asks std::uncaught_exceptions(): free unless it throws.
+// Runs `body`, a shared call; where it fails, says in this rank's area why (the error's kind
+// and the rank it names) and that this rank is done with the peers' slots up to shared call
+// `last` (read then: a call may take fewer numbers than it reserved). A try block, not a
+// destructor that asks std::uncaught_exceptions(): free unless it throws.
 template <typename Body>
 void finishing(const SharedAreas& areas, const std::uint64_t& last, Body&& body) {
+  auto& own = *reinterpret_cast<AreaHeader*>(areas.own);
+  auto give_up = [&](ErrorKind kind, int blamed) {
+    own.blamed_kind.store(static_cast<std::uint32_t>(kind), std::memory_order_relaxed);
+    own.blamed.store(blamed, std::memory_order_relaxed);
+    own.finished.store(last, std::memory_order_release);
+  };
   try {
     body();
+  } catch (const Error& e) {
+    give_up(e.kind(), e.context().peer);
+    throw;
   } catch (...) {
-    reinterpret_cast<AreaHeader*>(areas.own)->finished.store(last, std::memory_order_release);
+    give_up(ErrorKind::internal, -1);
     throw;
   }
 }
@@ -260,19 +270,10 @@ class Slots {
   }
 
   [[noreturn]] void mismatch(int peer, std::string cause) const {
-    fail(Error(ErrorKind::usage, {.rank = call_.rank,
-                                  .peer = peer,
-                                  .operation = call_.operation(),
-                                  .cause = std::move(cause)}));
-  }
-
-  // Throws `e`, leaving its kind and the rank it names in this rank's area for the peers
-  // (finishing() then says which calls this rank gave up).
-  [[noreturn]] void fail(const Error& e) const {
-    auto& own = *reinterpret_cast<AreaHeader*>(areas_.own);
-    own.blamed_kind.store(static_cast<std::uint32_t>(e.kind()), std::memory_order_relaxed);
-    own.blamed.store(e.context().peer, std::memory_order_relaxed);
-    throw e;
+    throw Error(ErrorKind::usage, {.rank = call_.rank,
+                                   .peer = peer,
+                                   .operation = call_.operation(),
+                                   .cause = std::move(cause)});
   }
 
   // `peer` gave up on this call (a later number of a staged one, or this) and will not publish
@@ -282,20 +283,20 @@ class Slots {
     const int blamed = theirs.blamed.load(std::memory_order_relaxed);
     const std::string seq = " (same-host collective #" + std::to_string(seq_) + ")";
     if (kind == ErrorKind::peer_lost && blamed >= 0 && blamed != call_.rank) {
-      fail(Error(ErrorKind::peer_lost,
-                 {.rank = call_.rank,
-                  .peer = blamed,
-                  .operation = call_.operation(),
-                  .cause = "rank " + std::to_string(peer) + " gave up on the call: it lost rank " +
-                           std::to_string(blamed) + seq}));
+      throw Error(ErrorKind::peer_lost,
+                  {.rank = call_.rank,
+                   .peer = blamed,
+                   .operation = call_.operation(),
+                   .cause = "rank " + std::to_string(peer) + " gave up on the call: it lost rank " +
+                            std::to_string(blamed) + seq});
     }
-    fail(Error(ErrorKind::timeout,
-               {.rank = call_.rank,
-                .peer = peer,
-                .operation = call_.operation(),
-                .cause = "rank " + std::to_string(peer) + " gave up on the call before this " +
-                         "rank's part of it came (" + to_string(kind) + " error naming rank " +
-                         std::to_string(blamed) + ")" + seq}));
+    throw Error(ErrorKind::timeout,
+                {.rank = call_.rank,
+                 .peer = peer,
+                 .operation = call_.operation(),
+                 .cause = "rank " + std::to_string(peer) + " gave up on the call before this " +
+                          "rank's part of it came (" + to_string(kind) + " error naming rank " +
+                          std::to_string(blamed) + ")" + seq});
   }
 
   // Waits until `ready()`, which `peer` makes true. Spins, then yields the CPU (at once where
@@ -323,22 +324,21 @@ class Slots {
       // that left are skipped by first_peer_failure(); one that died fails the call.
       if (auto failure = call_.messenger.peer_failure(peer)) {
         if (ready()) return;
-        fail(failure->for_operation(call_.operation(), std::nullopt));
+        rethrow(call_, *failure);
       }
-      if (auto failure = call_.messenger.first_peer_failure())
-        fail(failure->for_operation(call_.operation(), std::nullopt));
+      if (auto failure = call_.messenger.first_peer_failure()) rethrow(call_, *failure);
       const AreaHeader& theirs = area_header(area(peer));
       if (theirs.finished.load(std::memory_order_acquire) >= seq_ && !ready())
         peer_gave_up(peer, theirs);
       const auto waited = now - start;
       if (waited >= call_.timeout) {
-        fail(Error(ErrorKind::timeout,
-                   {.rank = call_.rank,
-                    .peer = peer,
-                    .operation = call_.operation(),
-                    .cause = "rank " + std::to_string(peer) + " " + late + " in " +
-                             std::to_string(call_.timeout.count()) + " ms (same-host collective #" +
-                             std::to_string(seq_) + ")"}));
+        throw Error(ErrorKind::timeout,
+                    {.rank = call_.rank,
+                     .peer = peer,
+                     .operation = call_.operation(),
+                     .cause = "rank " + std::to_string(peer) + " " + late + " in " +
+                              std::to_string(call_.timeout.count()) +
+                              " ms (same-host collective #" + std::to_string(seq_) + ")"});
       }
       stall.check(call_.world(peer), [&] { return std::string(stalled); });
       if (waited > std::chrono::milliseconds(2))
