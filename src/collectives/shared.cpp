@@ -256,24 +256,27 @@ class Slots {
     const std::uint64_t seq = h.seq.load(std::memory_order_acquire);
     if (seq < seq_) return false;
     if (seq > seq_) {
-      mismatch(peer, "rank " + std::to_string(peer) + " is at its same-host collective #" +
-                         std::to_string(seq) + " where this rank is at #" + std::to_string(seq_) +
-                         ": the ranks did not call the same collectives");
+      fail(ErrorKind::usage, peer,
+           "rank " + std::to_string(peer) + " is at its same-host collective #" +
+               std::to_string(seq) + " where this rank is at #" + std::to_string(seq_) +
+               ": the ranks did not call the same collectives");
     }
     if (h.kind != mine_->kind || h.count != mine_->count || h.type != mine_->type ||
         h.op != mine_->op || h.root != mine_->root) {
-      mismatch(peer, "rank " + std::to_string(peer) + " called " + describe(h) + ", rank " +
-                         std::to_string(call_.rank) + " " + describe(*mine_) +
-                         ": every rank must call each collective with the same arguments");
+      fail(ErrorKind::usage, peer,
+           "rank " + std::to_string(peer) + " called " + describe(h) + ", rank " +
+               std::to_string(call_.rank) + " " + describe(*mine_) +
+               ": every rank must call each collective with the same arguments");
     }
     return true;
   }
 
-  [[noreturn]] void mismatch(int peer, std::string cause) const {
-    throw Error(ErrorKind::usage, {.rank = call_.rank,
-                                   .peer = peer,
-                                   .operation = call_.operation(),
-                                   .cause = std::move(cause)});
+  // This rank's error in this call, naming `peer`.
+  [[noreturn]] void fail(ErrorKind kind, int peer, std::string cause) const {
+    throw Error(kind, {.rank = call_.rank,
+                       .peer = peer,
+                       .operation = call_.operation(),
+                       .cause = std::move(cause)});
   }
 
   // `peer` gave up on this call (a later number of a staged one, or this) and will not publish
@@ -283,20 +286,14 @@ class Slots {
     const int blamed = theirs.blamed.load(std::memory_order_relaxed);
     const std::string seq = " (same-host collective #" + std::to_string(seq_) + ")";
     if (kind == ErrorKind::peer_lost && blamed >= 0 && blamed != call_.rank) {
-      throw Error(ErrorKind::peer_lost,
-                  {.rank = call_.rank,
-                   .peer = blamed,
-                   .operation = call_.operation(),
-                   .cause = "rank " + std::to_string(peer) + " gave up on the call: it lost rank " +
-                            std::to_string(blamed) + seq});
+      fail(ErrorKind::peer_lost, blamed,
+           "rank " + std::to_string(peer) + " gave up on the call: it lost rank " +
+               std::to_string(blamed) + seq);
     }
-    throw Error(ErrorKind::timeout,
-                {.rank = call_.rank,
-                 .peer = peer,
-                 .operation = call_.operation(),
-                 .cause = "rank " + std::to_string(peer) + " gave up on the call before this " +
-                          "rank's part of it came (" + to_string(kind) + " error naming rank " +
-                          std::to_string(blamed) + ")" + seq});
+    fail(ErrorKind::timeout, peer,
+         "rank " + std::to_string(peer) + " gave up on the call before this rank's part of it " +
+             "came (" + to_string(kind) + " error naming rank " + std::to_string(blamed) + ")" +
+             seq);
   }
 
   // Waits until `ready()`, which `peer` makes true. Spins, then yields the CPU (at once where
@@ -332,13 +329,10 @@ class Slots {
         peer_gave_up(peer, theirs);
       const auto waited = now - start;
       if (waited >= call_.timeout) {
-        throw Error(ErrorKind::timeout,
-                    {.rank = call_.rank,
-                     .peer = peer,
-                     .operation = call_.operation(),
-                     .cause = "rank " + std::to_string(peer) + " " + late + " in " +
-                              std::to_string(call_.timeout.count()) +
-                              " ms (same-host collective #" + std::to_string(seq_) + ")"});
+        fail(ErrorKind::timeout, peer,
+             "rank " + std::to_string(peer) + " " + late + " in " +
+                 std::to_string(call_.timeout.count()) + " ms (same-host collective #" +
+                 std::to_string(seq_) + ")");
       }
       stall.check(call_.world(peer), [&] { return std::string(stalled); });
       if (waited > std::chrono::milliseconds(2))
