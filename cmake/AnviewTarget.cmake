@@ -12,6 +12,12 @@ function(anview_target_options target)
                          # Designated initializers (our options structs) leave fields at their
                          # defaults on purpose.
                          -Wno-missing-field-initializers)
+  if(CMAKE_UNITY_BUILD AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    # A unity build includes every source into a generated one, so GCC takes each for a
+    # header and warns about a class of ours that holds a type from the file's anonymous
+    # namespace. The warning is for headers; the build without unity keeps it.
+    target_compile_options(${target} PRIVATE -Wno-subobject-linkage)
+  endif()
   if(ANVIEW_FUZZ)
     target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link,address,undefined
                                              -fno-sanitize-recover=all -fno-omit-frame-pointer)

@@ -25,8 +25,15 @@ configure_and_build() {  # BUILD_DIR TARGET CMAKE_ARGS...
 }
 
 sanitizer_flags="-O1 -g1 -DNDEBUG"
+# The ASan and Release builds (and the fuzz build) are unity builds: CMake compiles a target's
+# sources eight to a file, so the headers they share (the standard library, gtest, json) are
+# parsed and their templates instantiated once per eight files, not once per file. The Release
+# build took 2.9 instead of 4.9 minutes on two cores. The TSan build stays one unit per
+# source: it checks that every file compiles on its own (includes what it uses), as a
+# developer's default build does.
 configure_and_build build-tsan anview_unit_tests -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=thread
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=thread \
+  -DCMAKE_UNITY_BUILD=OFF
 echo "=== test.sh: unit tests under ThreadSanitizer ($jobs shards at once)"
 # UCX's memory hooks (libucm patches mmap/madvise for its registration cache) run inside
 # exiting threads' stack teardown, where TSan's interceptors crash: off for this stage (there
@@ -60,11 +67,12 @@ echo "=== test.sh: fuzz targets (libFuzzer)"
 ./scripts/fuzz.sh 30
 
 configure_and_build build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=address
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=address \
+  -DCMAKE_UNITY_BUILD=ON
 echo "=== test.sh: every test under ASan+UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure --timeout 300 -j "$jobs"
 
-configure_and_build build all -DCMAKE_BUILD_TYPE=Release
+configure_and_build build all -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON
 echo "=== test.sh: every test, Release"
 ctest --test-dir build --output-on-failure --timeout 300 -j "$jobs"

@@ -22,13 +22,13 @@ constexpr std::size_t read_unit_bytes = 256 * 1024;
 
 constexpr std::uint32_t posting_magic = 0x50444e41;  // "ANDP", version 1
 
-enum class Kind : std::uint32_t { allreduce = 1, reduce_scatter = 2 };
+enum class DirectOp : std::uint32_t { allreduce = 1, reduce_scatter = 2 };
 
 // What a rank tells its peers at the start of a direct call (sent as raw bytes between
 // processes of the same host, built from the same binary interface).
 struct Posting {
   std::uint32_t magic = posting_magic;
-  Kind kind = Kind::allreduce;
+  DirectOp kind = DirectOp::allreduce;
   std::uint64_t count = 0;
   std::uint32_t type = 0;
   std::uint32_t op = 0;
@@ -267,7 +267,7 @@ void reduce_from_peers(Call& call, const PeerMemories& peers, const std::vector<
   }
 }
 
-Posting posting(Kind kind, std::size_t count, DataType type, ReduceOp op, const void* send,
+Posting posting(DirectOp kind, std::size_t count, DataType type, ReduceOp op, const void* send,
                 const void* recv) {
   return Posting{.kind = kind,
                  .count = count,
@@ -282,7 +282,7 @@ Posting posting(Kind kind, std::size_t count, DataType type, ReduceOp op, const 
 void allreduce_direct(Call& call, const PeerMemories& peers, const void* send, void* recv,
                       std::size_t count, DataType type, ReduceOp op) {
   const std::size_t esize = size_of(type);
-  run_direct(call, posting(Kind::allreduce, count, type, op, send, recv),
+  run_direct(call, posting(DirectOp::allreduce, count, type, op, send, recv),
              [&](const std::vector<Posting>& theirs) {
                // This rank's segment, reduced from every rank's send buffer; each reduced chunk
                // is written into every peer's receive buffer while it is still in cache
@@ -317,7 +317,7 @@ void reduce_scatter_direct(Call& call, const PeerMemories& peers, const void* se
       out != in && out < first + block * static_cast<std::size_t>(call.size) && first < out + block;
   std::vector<char> staging(overlaps ? block : 0);
   char* target = overlaps ? staging.data() : static_cast<char*>(recv);
-  run_direct(call, posting(Kind::reduce_scatter, count, type, op, send, recv),
+  run_direct(call, posting(DirectOp::reduce_scatter, count, type, op, send, recv),
              [&](const std::vector<Posting>& theirs) {
                reduce_from_peers(call, peers, theirs, static_cast<std::uint64_t>(call.rank) * block,
                                  in, target, count, type, op,

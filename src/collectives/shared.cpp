@@ -16,7 +16,7 @@
 namespace anview::collectives {
 namespace {
 
-enum class Kind : std::uint32_t {
+enum class SlotOp : std::uint32_t {
   allreduce = 1,
   broadcast = 2,
   barrier = 3,
@@ -32,7 +32,7 @@ constexpr std::size_t inline_payload = 32;
 struct alignas(64) SlotHeader {
   std::atomic<std::uint64_t> seq;  // the call whose contribution the slot holds (0: none yet)
   std::uint64_t count;             // what the call was, for the mismatch check
-  Kind kind;
+  SlotOp kind;
   std::uint32_t type;
   std::uint32_t op;
   std::int32_t root;
@@ -82,17 +82,17 @@ static_assert(payloads_at % 64 == 0);
 
 enum class Place : std::uint8_t { inline_header, ring, slot };  // where a call's payload lies
 
-const char* kind_name(Kind k) {
+const char* kind_name(SlotOp k) {
   switch (k) {
-    case Kind::allreduce:
+    case SlotOp::allreduce:
       return "allreduce";
-    case Kind::broadcast:
+    case SlotOp::broadcast:
       return "broadcast";
-    case Kind::barrier:
+    case SlotOp::barrier:
       return "barrier";
-    case Kind::allgather:
+    case SlotOp::allgather:
       return "allgather";
-    case Kind::reduce:
+    case SlotOp::reduce:
       return "reduce";
   }
   return "an unknown collective";
@@ -101,14 +101,14 @@ const char* kind_name(Kind k) {
 // What a slot says about its call, for error messages.
 std::string describe(const SlotHeader& h) {
   std::string text = kind_name(h.kind);
-  if (h.kind != Kind::barrier) {
+  if (h.kind != SlotOp::barrier) {
     text.append(" of ").append(std::to_string(h.count)).append(" ");
     text.append(name_of(static_cast<DataType>(h.type)));
   }
-  if (h.kind == Kind::allreduce || h.kind == Kind::reduce)
+  if (h.kind == SlotOp::allreduce || h.kind == SlotOp::reduce)
     text.append(" ").append(name_of(static_cast<ReduceOp>(h.op)));
-  if (h.kind == Kind::broadcast || h.kind == Kind::reduce)
-    text.append(h.kind == Kind::broadcast ? " from root " : " to root ")
+  if (h.kind == SlotOp::broadcast || h.kind == SlotOp::reduce)
+    text.append(h.kind == SlotOp::broadcast ? " from root " : " to root ")
         .append(std::to_string(h.root));
   return text;
 }
@@ -159,7 +159,7 @@ class Slots {
 
   // Writes this rank's contribution (`bytes` of `data`, if any, else what own_payload() holds)
   // and raises its flag.
-  void publish(Kind kind, const void* data, std::size_t bytes, std::uint64_t count, DataType type,
+  void publish(SlotOp kind, const void* data, std::size_t bytes, std::uint64_t count, DataType type,
                ReduceOp op, int root) {
     claim();
     if (bytes > 0) std::memcpy(const_cast<char*>(payload(call_.rank)), data, bytes);
@@ -398,7 +398,7 @@ void allreduce_staged(Call& call, const SharedAreas& areas, std::uint64_t first,
       if (q != call.rank && s.count > 0)
         std::memcpy(part_of(mine, q), in + s.offset * esize, s.count * esize);
     }
-    slots.publish(Kind::allreduce, nullptr, 0, count, type, op, -1);
+    slots.publish(SlotOp::allreduce, nullptr, 0, count, type, op, -1);
     slots.wait_all();
     for (int q = 0; q < n && k > 0; ++q) {
       const Segment s = stage(q, k - 1);
@@ -455,7 +455,7 @@ void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t& calls
   }
   finishing(areas, seq, [&] {
     Slots slots(call, areas, seq, bytes);
-    slots.publish(Kind::allreduce, send, bytes, count, type, op, -1);
+    slots.publish(SlotOp::allreduce, send, bytes, count, type, op, -1);
     slots.wait_all();
     reduce_to(recv, slots.payload(0), slots.payload(1), count, type, op);
     for (int r = 2; r < call.size; ++r) reduce_into(recv, slots.payload(r), count, type, op);
@@ -468,7 +468,7 @@ void reduce_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, cons
   const std::size_t bytes = count * size_of(type);
   finishing(areas, seq, [&] {
     Slots slots(call, areas, seq, bytes);
-    slots.publish(Kind::reduce, send, bytes, count, type, op, root);
+    slots.publish(SlotOp::reduce, send, bytes, count, type, op, root);
     if (call.rank != root) return;  // the root reads the slot, maybe after this rank returned
     slots.wait_all();
     reduce_to(recv, slots.payload(0), slots.payload(1), count, type, op);
@@ -481,7 +481,7 @@ void allgather_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, c
                       void* recv, std::size_t block) {
   finishing(areas, seq, [&] {
     Slots slots(call, areas, seq, block);
-    slots.publish(Kind::allgather, send, block, block, DataType::uint8, ReduceOp::sum, -1);
+    slots.publish(SlotOp::allgather, send, block, block, DataType::uint8, ReduceOp::sum, -1);
     slots.wait_all();
     auto* out = static_cast<char*>(recv);
     for (int r = 0; r < call.size && block > 0; ++r) {
@@ -495,7 +495,7 @@ void broadcast_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, v
                       std::size_t bytes, int root) {
   finishing(areas, seq, [&] {
     Slots slots(call, areas, seq, bytes);
-    slots.publish(Kind::broadcast, call.rank == root ? data : nullptr,
+    slots.publish(SlotOp::broadcast, call.rank == root ? data : nullptr,
                   call.rank == root ? bytes : 0, bytes, DataType::uint8, ReduceOp::sum, root);
     if (call.rank == root) return;  // the others read the slot, maybe after the root returned
     slots.wait_for(root);
@@ -506,7 +506,7 @@ void broadcast_shared(Call& call, const SharedAreas& areas, std::uint64_t seq, v
 void barrier_shared(Call& call, const SharedAreas& areas, std::uint64_t seq) {
   finishing(areas, seq, [&] {
     Slots slots(call, areas, seq, 0);
-    slots.publish(Kind::barrier, nullptr, 0, 0, DataType::uint8, ReduceOp::sum, -1);
+    slots.publish(SlotOp::barrier, nullptr, 0, 0, DataType::uint8, ReduceOp::sum, -1);
     slots.wait_all();
   });
 }

@@ -19,14 +19,14 @@ using testing::run_ranks;
 using testing::ScopedEnv;
 
 // Rank r's element i.
-std::int64_t contribution(int r, std::size_t i) {
+std::int64_t sweep_value(int r, std::size_t i) {
   return static_cast<std::int64_t>((r + 1) * (i % 5 + 1));
 }
 
 template <typename T>
 std::vector<T> contributions(int r, std::size_t count) {
   std::vector<T> v(count);
-  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<T>(contribution(r, i));
+  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<T>(sweep_value(r, i));
   return v;
 }
 
@@ -46,9 +46,9 @@ void check_all(Communicator& comm, std::size_t count) {
     std::int64_t want_sum = 0, want_max = 0;
     std::uint8_t want_xor = 0;
     for (int r = 0; r < n; ++r) {
-      want_sum += contribution(r, i);
-      want_max = std::max(want_max, contribution(r, i));
-      want_xor ^= static_cast<std::uint8_t>(contribution(r, i));
+      want_sum += sweep_value(r, i);
+      want_max = std::max(want_max, sweep_value(r, i));
+      want_xor ^= static_cast<std::uint8_t>(sweep_value(r, i));
     }
     ASSERT_EQ(sum[i], static_cast<double>(want_sum)) << "allreduce sum, element " << i;
     ASSERT_EQ(i32[i], want_max) << "allreduce max, element " << i;
@@ -64,7 +64,7 @@ void check_all(Communicator& comm, std::size_t count) {
   comm.reduce(mine64.data(), reduced.data(), count, DataType::int64, ReduceOp::sum, middle);
   if (me == middle) {
     for (std::size_t i = 0; i < count; ++i)
-      ASSERT_EQ(reduced[i], contribution(0, i) * n * (n + 1) / 2) << "reduce, element " << i;
+      ASSERT_EQ(reduced[i], sweep_value(0, i) * n * (n + 1) / 2) << "reduce, element " << i;
   }
   // allgather, gather, scatter, alltoall, reduce_scatter: `count` elements per rank.
   auto block = contributions<std::int32_t>(me, count);
@@ -94,7 +94,7 @@ void check_all(Communicator& comm, std::size_t count) {
   std::vector<std::int32_t> scattered(count, -1);
   comm.reduce_scatter(expected.data(), scattered.data(), count, DataType::int32, ReduceOp::sum);
   for (std::size_t i = 0; i < count; ++i)
-    ASSERT_EQ(scattered[i], contribution(me, i) * n) << "reduce_scatter, element " << i;
+    ASSERT_EQ(scattered[i], sweep_value(me, i) * n) << "reduce_scatter, element " << i;
   comm.barrier();
 }
 
@@ -112,11 +112,11 @@ const char* const configurations[] = {
 // square of the rank count); 33 ranks (not a power of two, above 32) stay, 64 is a power of
 // two like 16.
 #if defined(__SANITIZE_THREAD__)
-constexpr int rank_counts[] = {1, 2, 3, 4, 5, 7, 8, 13, 16};
+constexpr int sweep_rank_counts[] = {1, 2, 3, 4, 5, 7, 8, 13, 16};
 #elif defined(__SANITIZE_ADDRESS__)
-constexpr int rank_counts[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 33};
+constexpr int sweep_rank_counts[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 33};
 #else
-constexpr int rank_counts[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 33, 64};
+constexpr int sweep_rank_counts[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 33, 64};
 #endif
 
 TEST(CollectivesSweep, EveryCollectiveAndAlgorithmOnOneTo64ThreadRanks) {
@@ -124,7 +124,7 @@ TEST(CollectivesSweep, EveryCollectiveAndAlgorithmOnOneTo64ThreadRanks) {
   ScopedEnv chunk("ANVIEW_COLL_CHUNK", "4096");  // 4099 int32 span several chunks
   for (const char* forced : configurations) {
     ScopedEnv algo("ANVIEW_ALGO", forced);
-    for (int n : rank_counts) {
+    for (int n : sweep_rank_counts) {
       SCOPED_TRACE(std::string(forced) + ", " + std::to_string(n) + " ranks");
       run_ranks(
           n,

@@ -19,7 +19,7 @@ using namespace std::chrono_literals;
 class P2p : public ::testing::TestWithParam<int> {};
 
 TEST_P(P2p, RingExchangeOfEverySizeClass) {
-  const std::vector<std::size_t> sizes = {0, 1, 7, 4096, 65535, 65536, 65537, (1u << 20) + 3,
+  const std::vector<std::size_t> sizes = {0,       1, 7, 4096, 65535, 65536, 65537, (1u << 20) + 3,
                                           9u << 20};
   run_ranks(GetParam(), [&](Communicator& comm) {
     const int next = (comm.rank() + 1) % comm.size();
@@ -44,7 +44,8 @@ TEST_P(P2p, MessagesArrivingBeforeTheirReceiveAreBuffered) {
     if (comm.rank() != 0) {
       std::vector<Request> sends;
       std::vector<std::vector<unsigned char>> bufs;
-      for (std::size_t m = 0; m < sizes.size(); ++m) bufs.push_back(make_payload(comm.rank(), m, sizes[m]));
+      for (std::size_t m = 0; m < sizes.size(); ++m)
+        bufs.push_back(make_payload(comm.rank(), m, sizes[m]));
       for (std::size_t m = 0; m < sizes.size(); ++m)
         sends.push_back(comm.isend(bufs[m].data(), sizes[m], 0, Tag{m}));
       for (auto& s : sends) s.wait();
@@ -85,12 +86,16 @@ TEST_P(P2p, AnySourceAnyTagReportSenderTagAndSize) {
 TEST_P(P2p, SameTagMessagesArriveInSendOrderAcrossProtocols) {
   run_ranks(GetParam(), [&](Communicator& comm) {
     constexpr int count = 300;
-    auto size_of = [](int i) -> std::size_t { return i % 7 == 0 ? 100000 + i : static_cast<std::size_t>(i * 13); };
+    auto size_of = [](int i) -> std::size_t {
+      return i % 7 == 0 ? 100000 + i : static_cast<std::size_t>(i * 13);
+    };
     if (comm.rank() == 0) {
       std::vector<std::vector<unsigned char>> bufs;
       std::vector<Request> reqs;
-      for (int i = 0; i < count; ++i) bufs.push_back(make_payload(0, static_cast<std::uint64_t>(i), size_of(i)));
-      for (int i = 0; i < count; ++i) reqs.push_back(comm.isend(bufs[static_cast<std::size_t>(i)].data(), size_of(i), 1, Tag{5}));
+      for (int i = 0; i < count; ++i)
+        bufs.push_back(make_payload(0, static_cast<std::uint64_t>(i), size_of(i)));
+      for (int i = 0; i < count; ++i)
+        reqs.push_back(comm.isend(bufs[static_cast<std::size_t>(i)].data(), size_of(i), 1, Tag{5}));
       for (auto& r : reqs) r.wait();
     } else if (comm.rank() == 1) {
       std::vector<unsigned char> in(200000);
@@ -113,10 +118,13 @@ TEST(P2pSemantics, TenThousandOutstandingRequests) {
     reqs.reserve(count);
     const int peer = 1 - comm.rank();
     if (comm.rank() == 0) {
-      for (int i = 0; i < count; ++i) values[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i) * 3;
-      for (int i = 0; i < count; ++i) reqs.push_back(comm.isend(&values[static_cast<std::size_t>(i)], 8, peer, Tag{1}));
+      for (int i = 0; i < count; ++i)
+        values[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(i) * 3;
+      for (int i = 0; i < count; ++i)
+        reqs.push_back(comm.isend(&values[static_cast<std::size_t>(i)], 8, peer, Tag{1}));
     } else {
-      for (int i = 0; i < count; ++i) reqs.push_back(comm.irecv(&values[static_cast<std::size_t>(i)], 8, peer, Tag{1}));
+      for (int i = 0; i < count; ++i)
+        reqs.push_back(comm.irecv(&values[static_cast<std::size_t>(i)], 8, peer, Tag{1}));
     }
     for (auto& r : reqs) r.wait();
     if (comm.rank() == 1) {
@@ -229,9 +237,11 @@ TEST(P2pSemantics, CallbackRunsOnceWithTheStatus) {
 }
 
 // A minimal coroutine type for the co_await test.
-struct Task {
+struct EchoTask {
   struct promise_type {
-    Task get_return_object() { return Task{std::coroutine_handle<promise_type>::from_promise(*this)}; }
+    EchoTask get_return_object() {
+      return EchoTask{std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
     std::suspend_never initial_suspend() noexcept { return {}; }
     std::suspend_always final_suspend() noexcept { return {}; }
     void return_void() {}
@@ -239,11 +249,13 @@ struct Task {
     std::exception_ptr error;
   };
   std::coroutine_handle<promise_type> handle;
-  ~Task() { if (handle) handle.destroy(); }
+  ~EchoTask() {
+    if (handle) handle.destroy();
+  }
   bool done() const { return handle.done(); }
 };
 
-Task echo_twice(Communicator& comm, std::vector<int>& log) {
+EchoTask echo_twice(Communicator& comm, std::vector<int>& log) {
   int value = 0;
   for (int i = 0; i < 2; ++i) {
     const Status s = co_await comm.irecv(&value, sizeof value, 1, Tag{7});
@@ -256,7 +268,7 @@ TEST(P2pSemantics, CoAwaitResumesWithTheStatus) {
   run_ranks(2, [](Communicator& comm) {
     if (comm.rank() == 0) {
       std::vector<int> log;
-      Task task = echo_twice(comm, log);
+      EchoTask task = echo_twice(comm, log);
       const auto deadline = std::chrono::steady_clock::now() + 10s;
       while (!task.done() && std::chrono::steady_clock::now() < deadline) comm.progress();
       ASSERT_TRUE(task.done());
@@ -315,8 +327,10 @@ TEST(P2pSemantics, SenderIsBackPressuredNotDropped) {
     if (comm.rank() == 0) {
       std::vector<std::vector<unsigned char>> bufs;
       std::vector<Request> reqs;
-      for (int i = 0; i < count; ++i) bufs.push_back(make_payload(0, static_cast<std::uint64_t>(i), bytes));
-      for (int i = 0; i < count; ++i) reqs.push_back(comm.isend(bufs[static_cast<std::size_t>(i)].data(), bytes, 1, Tag{1}));
+      for (int i = 0; i < count; ++i)
+        bufs.push_back(make_payload(0, static_cast<std::uint64_t>(i), bytes));
+      for (int i = 0; i < count; ++i)
+        reqs.push_back(comm.isend(bufs[static_cast<std::size_t>(i)].data(), bytes, 1, Tag{1}));
       for (auto& r : reqs) r.wait();
     } else {
       std::this_thread::sleep_for(300ms);
@@ -346,7 +360,8 @@ TEST(P2pSemantics, PeerThatClosesFailsPendingReceivesWithPeerLost) {
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::peer_lost) << e.what();
       EXPECT_EQ(e.peer(), 1);
-      EXPECT_NE(std::string(e.what()).find("closed its communicator"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("closed its communicator"), std::string::npos)
+          << e.what();
     }
     EXPECT_THROW(comm.send(&v, sizeof v, 1, Tag{3}), Error);
   });
@@ -390,15 +405,16 @@ TEST(P2pBootstrap, MissingRankIsNamedWhenTheTimeoutRunsOut) {
     threads.emplace_back([&, r] {
       try {
         Store store = Store::connect_tcp(server.address(), {.rank = r});
-        Communicator::create(r, 3, store, {.timeout = std::chrono::milliseconds(300),
-                                           .store_prefix = "missing"});
+        Communicator::create(
+            r, 3, store, {.timeout = std::chrono::milliseconds(300), .store_prefix = "missing"});
       } catch (const Error& e) {
         if (e.kind() == ErrorKind::timeout) messages[static_cast<std::size_t>(r)] = e.what();
       }
     });
   }
   for (auto& t : threads) t.join();
-  for (const auto& m : messages) EXPECT_NE(m.find("rank 2 did not publish"), std::string::npos) << m;
+  for (const auto& m : messages)
+    EXPECT_NE(m.find("rank 2 did not publish"), std::string::npos) << m;
 }
 
 }  // namespace

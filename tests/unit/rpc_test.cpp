@@ -207,9 +207,9 @@ TEST(Rpc, DroppedResponderFailsTheCall) {
 }
 
 // A coroutine type just big enough for the test: runs eagerly, result read after.
-struct Task {
+struct CallTask {
   struct promise_type {
-    Task get_return_object() { return {}; }
+    CallTask get_return_object() { return {}; }
     std::suspend_never initial_suspend() noexcept { return {}; }
     std::suspend_never final_suspend() noexcept { return {}; }
     void return_void() {}
@@ -217,7 +217,7 @@ struct Task {
   };
 };
 
-Task sum_two(RpcClient& client, std::string& out, bool& finished) {
+CallTask sum_two(RpcClient& client, std::string& out, bool& finished) {
   const Message a = co_await client.call("echo", Message("left+"));
   const Message b = co_await client.call("echo", Message("right"));
   out = std::string(a.text()) + std::string(b.text());

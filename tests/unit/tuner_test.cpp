@@ -22,7 +22,7 @@ namespace {
 using testing::run_ranks;
 using testing::ScopedEnv;
 
-const std::size_t sizes[] = {0, 8, 4096, 65536, 1 << 20, 16 << 20};
+const std::size_t probe_sizes[] = {0, 8, 4096, 65536, 1 << 20, 16 << 20};
 const char* const collectives[] = {"allreduce", "broadcast", "reduce", "allgather", "barrier"};
 
 // Every rank's picks (and explanation of a 1 MiB allreduce) after one collective.
@@ -33,7 +33,7 @@ std::vector<std::vector<std::string>> picks_of_every_rank(int n) {
     comm.allreduce(&x, 1, DataType::float32, ReduceOp::sum);
     auto& mine = picks[static_cast<std::size_t>(comm.rank())];
     for (const char* c : collectives)
-      for (std::size_t bytes : sizes) mine.push_back(comm.collective_algorithm(c, bytes));
+      for (std::size_t bytes : probe_sizes) mine.push_back(comm.collective_algorithm(c, bytes));
     mine.push_back(comm.explain_collective("allreduce", 1 << 20));
   });
   return picks;
