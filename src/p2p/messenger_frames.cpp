@@ -245,11 +245,12 @@ void Messenger::start_rendezvous_receive(const RequestPtr& recv, int source, std
 void Messenger::send_data(const RequestPtr& send, std::uint64_t receiver_id) {
   send->phase = RequestImpl::Phase::transferring;
   const std::size_t bytes = send->send_bytes;
-  send->chunks_pending = (bytes + chunk_bytes_ - 1) / chunk_bytes_;
-  for (std::size_t offset = 0; offset < bytes; offset += chunk_bytes_) {
+  const std::size_t chunk = chunk_bytes(send->peer);
+  send->chunks_pending = (bytes + chunk - 1) / chunk;
+  for (std::size_t offset = 0; offset < bytes; offset += chunk) {
     transport::FrameHeader h;
     h.type = static_cast<std::uint8_t>(FrameType::data);
-    h.payload_bytes = static_cast<std::uint32_t>(std::min(chunk_bytes_, bytes - offset));
+    h.payload_bytes = static_cast<std::uint32_t>(std::min(chunk, bytes - offset));
     h.id = receiver_id;
     h.arg = offset;
     send_frame(send->peer, h, send->send_data + offset, transport::Ordering::any_stream,

@@ -351,10 +351,11 @@ void Messenger::emulate_rma(const RequestPtr& op, const RemoteKey& key, std::uin
     return;
   }
   const std::size_t bytes = op->send_bytes;
-  for (std::size_t done = 0; done < bytes; done += chunk_bytes_) {
+  const std::size_t chunk = chunk_bytes(peer);
+  for (std::size_t done = 0; done < bytes; done += chunk) {
     transport::FrameHeader h;
     h.type = static_cast<std::uint8_t>(FrameType::put);
-    h.payload_bytes = static_cast<std::uint32_t>(std::min(chunk_bytes_, bytes - done));
+    h.payload_bytes = static_cast<std::uint32_t>(std::min(chunk, bytes - done));
     h.tag = key.token;
     h.id = id;
     h.arg = offset + done;
@@ -488,11 +489,12 @@ void Messenger::on_rma_frame_done(int peer, const transport::FrameHeader& h) {
         return;
       }
       const char* from = reinterpret_cast<const char*>(region->address) + h.arg;
-      for (std::uint64_t done = 0; done < request.bytes; done += chunk_bytes_) {
+      const std::size_t chunk = chunk_bytes(peer);
+      for (std::uint64_t done = 0; done < request.bytes; done += chunk) {
         transport::FrameHeader d;
         d.type = static_cast<std::uint8_t>(FrameType::get_data);
         d.payload_bytes =
-            static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk_bytes_, request.bytes - done));
+            static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk, request.bytes - done));
         d.id = h.id;
         d.arg = done;
         send_frame(peer, d, from + done, transport::Ordering::any_stream, nullptr);

@@ -49,6 +49,9 @@ struct Capabilities {
                                    // must check epoll on every round, not now and then
   double latency_us = 0;           // small-message one-way estimate, for the tuner
   double bandwidth_gbs = 0;        // large-message estimate, for the tuner
+  // Large payloads go in one frame each (up to ANVIEW_MAX_FRAME), not in ANVIEW_RNDV_CHUNK
+  // pieces: the transport pipelines a large transfer itself (UCX's rendezvous).
+  bool whole_payloads = false;
 };
 
 // Frames that must keep their order relative to each other (matching frames) go `ordered`;

@@ -163,7 +163,8 @@ Capabilities UcxTransport::capabilities() const {
                       .streams = 1,
                       .fd_driven = false,
                       .latency_us = rdma ? 2.0 : 6.0,
-                      .bandwidth_gbs = rdma ? 10.0 : 3.0};
+                      .bandwidth_gbs = rdma ? 10.0 : 3.0,
+                      .whole_payloads = true};
 }
 
 void UcxTransport::describe_self(PeerInfo& self) const {
