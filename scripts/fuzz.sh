@@ -14,11 +14,10 @@ targets=("$@")
 
 echo "=== fuzz.sh: building build-fuzz (clang, libFuzzer, ASan+UBSan)"
 # -O1 and line tables only, as libFuzzer's documentation builds its targets: a faster build,
-# and the crash reports still carry file:line. Not a unity build: CI's one build that compiles
-# every library source on its own (scripts/test.sh).
+# and the crash reports still carry file:line. A unity build, as in scripts/test.sh.
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" -DANVIEW_FUZZ=ON \
-  -DANVIEW_PYTHON=OFF -DCMAKE_UNITY_BUILD=OFF >/dev/null
+  -DANVIEW_PYTHON=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target anview_fuzzers
 
 mkdir -p build-fuzz/artifacts

@@ -25,12 +25,12 @@ configure_and_build() {  # BUILD_DIR TARGET CMAKE_ARGS...
 }
 
 sanitizer_flags="-O1 -g1 -DNDEBUG"
-# The TSan, ASan and Release builds are unity builds: CMake compiles a target's sources eight
-# to a file, so the headers they share (the standard library, gtest, json) are parsed and
-# their templates instantiated once per eight files, not once per file. On two cores: Release
-# 4.9 -> 2.9 minutes, ASan+UBSan 6.4 -> 3.9, TSan 2.8 -> 1.3. The fuzz build (scripts/fuzz.sh)
-# is not: it compiles every library source on its own, which checks that each includes what
-# it uses, as a developer's default build does.
+# Every build here is a unity build (scripts/fuzz.sh's too): CMake compiles a target's sources
+# eight to a file, so the headers they share (the standard library, gtest, json) are parsed
+# and their templates instantiated once per eight files, not once per file. On two cores:
+# Release 4.9 -> 2.9 minutes, ASan+UBSan 6.4 -> 3.9, TSan 2.8 -> 1.3, fuzz 2.5 -> 1.4. That
+# every file compiles on its own (includes what it uses) is left to a developer's default
+# build, which compiles one unit per source.
 configure_and_build build-tsan anview_unit_tests -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=thread \
   -DCMAKE_UNITY_BUILD=ON
