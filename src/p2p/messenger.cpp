@@ -25,7 +25,8 @@ const base::Setting unexpected_setting(
 const base::Setting chunk_setting(
     "p2p", "ANVIEW_RNDV_CHUNK", "1M",
     "Rendezvous payloads are cut into chunks of this size, spread over the transport's streams "
-    "(ucx, which pipelines large transfers itself, takes whole payloads unless this is set)");
+    "(ucx over shared memory or RDMA, which pipelines large transfers itself, takes whole "
+    "payloads unless this is set)");
 const base::Setting spin_setting(
     "p2p", "ANVIEW_SPIN_US", "100",
     "How long a waiting thread polls before it sleeps in the kernel (microseconds)");
@@ -103,13 +104,6 @@ void Messenger::connect(const std::vector<transport::PeerInfo>& peers) {
       PeerState& ps = peers_[static_cast<std::size_t>(peer.rank)];
       ps.transport = selection.transport;
       ps.transport_reason = selection.reason;
-      // A transport that pipelines large transfers itself gets whole payloads unless the
-      // user set the chunk: a UCX rendezvous per 1 MiB chunk cost 6 % of the 16 MiB
-      // bandwidth over UCX's shared memory.
-      ps.chunk_bytes =
-          selection.transport->capabilities().whole_payloads && !chunk_setting.from_environment()
-              ? base::limits::max_frame_bytes()
-              : chunk_bytes_;
       if (peer.rank != config_.rank) {
         base::log("p2p", base::LogLevel::info, "rank ", peer.rank, " via ",
                   selection.transport->name(), ": ", selection.reason);
@@ -119,6 +113,14 @@ void Messenger::connect(const std::vector<transport::PeerInfo>& peers) {
     }
     for (std::size_t i = 0; i < transports_.size(); ++i)
       if (!groups[i].empty()) transports_[i]->connect(groups[i]);
+    // A transport that pipelines large transfers to a peer itself (ucx over shared memory or
+    // RDMA) gets whole payloads, unless the user set the chunk.
+    for (const auto& peer : peers) {
+      PeerState& ps = peers_[static_cast<std::size_t>(peer.rank)];
+      ps.chunk_bytes = ps.transport->whole_payloads(peer.rank) && !chunk_setting.from_environment()
+                           ? base::limits::max_frame_bytes()
+                           : chunk_bytes_;
+    }
     // Tens of microseconds of spinning between epoll system calls: what the fds carry here
     // (a peer process's exit, a wake-up meant for a sleeping driver) can wait that long, and
     // a system call costs a good part of a microsecond on a virtual machine. Every 256 rounds

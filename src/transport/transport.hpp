@@ -49,9 +49,6 @@ struct Capabilities {
                                    // must check epoll on every round, not now and then
   double latency_us = 0;           // small-message one-way estimate, for the tuner
   double bandwidth_gbs = 0;        // large-message estimate, for the tuner
-  // Large payloads go in one frame each (up to ANVIEW_MAX_FRAME), not in ANVIEW_RNDV_CHUNK
-  // pieces: the transport pipelines a large transfer itself (UCX's rendezvous).
-  bool whole_payloads = false;
 };
 
 // Frames that must keep their order relative to each other (matching frames) go `ordered`;
@@ -208,6 +205,10 @@ class Transport {
   // One-sided reads of `peer`'s memory, if this transport offers them for that peer; the object
   // lives as long as the transport.
   virtual const PeerMemory* peer_memory(int /*peer*/) const { return nullptr; }
+  // True when large payloads to `peer` (connected) should go in one frame each (up to
+  // ANVIEW_MAX_FRAME), not in ANVIEW_RNDV_CHUNK pieces: the transport pipelines a large
+  // transfer to it itself.
+  virtual bool whole_payloads(int /*peer*/) const { return false; }
   // Native one-sided access to `peer`'s registered memory, if this transport offers it for
   // that peer (null: the p2p layer emulates put and get with frames).
   virtual RemoteAccess* remote_access(int /*peer*/) { return nullptr; }

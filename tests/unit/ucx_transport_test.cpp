@@ -77,6 +77,18 @@ TEST(UcxDevices, RdmaTransportsAreTold) {
   EXPECT_TRUE(has_tcp) << "UCX lists no tcp device";
 }
 
+// What UCX_TLS lets UCX use decides whether a peer gets whole rendezvous payloads.
+TEST(UcxDevices, TlsListsAllowSharedMemoryAndRdma) {
+  for (const char* tls : {"all", "sm", "shm,tcp", "posix,cma,self", "^tcp", "^ib", "tcp,sysv"})
+    EXPECT_TRUE(ucx::tls_allows_shared_memory(tls)) << tls;
+  for (const char* tls : {"tcp", "tcp,self", "^sm", "^shm,ib", "rc,ud", "ib"})
+    EXPECT_FALSE(ucx::tls_allows_shared_memory(tls)) << tls;
+  for (const char* tls : {"all", "ib", "rc_x,sm", "dc_mlx5", "ud_verbs,tcp", "^sm", "^tcp"})
+    EXPECT_TRUE(ucx::tls_allows_rdma(tls)) << tls;
+  for (const char* tls : {"tcp", "sm,self", "^ib", "posix,tcp"})
+    EXPECT_FALSE(ucx::tls_allows_rdma(tls)) << tls;
+}
+
 class UcxTraffic : public ::testing::TestWithParam<const char*> {
  protected:
   ScopedEnv transports_{"ANVIEW_TRANSPORTS", "ucx"};
@@ -116,12 +128,13 @@ void every_size_class_in_order() {
   });
 }
 
-// UCX pipelines a rendezvous itself: each message's payload goes as one frame.
+// UCX pipelines a rendezvous itself: over sm each message's payload goes as one frame, over
+// tcp in ANVIEW_RNDV_CHUNK pieces (several in flight beat one UCX rendezvous there).
 TEST_P(UcxTraffic, EverySizeClassInOrder) {
   every_size_class_in_order();
 }
 
-// With ANVIEW_RNDV_CHUNK set, in chunks of it: several rendezvous frames per message.
+// With ANVIEW_RNDV_CHUNK set, in chunks of it over sm and tcp alike.
 TEST_P(UcxTraffic, EverySizeClassInOrderInChunks) {
   ScopedEnv chunk("ANVIEW_RNDV_CHUNK", "1M");
   every_size_class_in_order();

@@ -51,6 +51,7 @@ class UcxTransport final : public Transport, public RemoteAccess, private base::
   // Same-host peers whose memory cross-memory attach reaches: collectives read it directly
   // and one-sided operations copy into it, as over shm.
   const PeerMemory* peer_memory(int peer) const override;
+  bool whole_payloads(int peer) const override;
   // UCP's own RMA for the peers on other hosts (where same-host access does not serve them),
   // when ANVIEW_UCX_RMA says so: "native" always, "auto" where UCX drives an RDMA device (over
   // UCX's TCP its RMA is emulated by UCX itself and Anview's frames are much faster).
@@ -91,6 +92,7 @@ class UcxTransport final : public Transport, public RemoteAccess, private base::
     std::unique_ptr<Connection> conn;
     std::optional<Error> setup_error;
     std::unique_ptr<PeerMemory> memory;  // same host, when cross-memory attach works
+    bool whole_payloads = false;         // see whole_payloads()
   };
 
   static ucs_status_t on_am(void* arg, const void* header, std::size_t header_bytes, void* data,

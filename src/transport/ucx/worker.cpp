@@ -2,7 +2,9 @@
 
 #include <uct/api/uct.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 
 namespace anview::transport::ucx {
 namespace {
@@ -57,6 +59,48 @@ const DeviceReport& devices() {
 
 bool is_rdma_transport(const std::string& tl_name) {
   return tl_name.rfind("rc", 0) == 0 || tl_name.rfind("dc", 0) == 0 || tl_name.rfind("ud", 0) == 0;
+}
+
+namespace {
+
+// UCX_TLS's names, and whether it is an exclusion list ("^...").
+std::vector<std::string> tls_names(const std::string& tls, bool& excluding) {
+  excluding = !tls.empty() && tls[0] == '^';
+  std::vector<std::string> names;
+  std::size_t at = excluding ? 1 : 0;
+  while (at <= tls.size()) {
+    const std::size_t end = std::min(tls.find(',', at), tls.size());
+    if (end > at) names.push_back(tls.substr(at, end - at));
+    at = end + 1;
+  }
+  return names;
+}
+
+// `groups`: UCX's names for the whole kind ("sm"); `member`: whether a transport is of it.
+bool tls_allows(const std::string& tls, std::initializer_list<const char*> groups,
+                bool (*member)(const std::string&)) {
+  bool excluding = false;
+  const auto names = tls_names(tls, excluding);
+  auto is_group = [&](const std::string& n) {
+    return std::any_of(groups.begin(), groups.end(), [&](const char* g) { return n == g; });
+  };
+  if (excluding) return std::none_of(names.begin(), names.end(), is_group);
+  return std::any_of(names.begin(), names.end(),
+                     [&](const std::string& n) { return n == "all" || is_group(n) || member(n); });
+}
+
+bool is_shared_memory_transport(const std::string& name) {
+  return name == "posix" || name == "sysv" || name == "cma" || name == "knem" || name == "xpmem";
+}
+
+}  // namespace
+
+bool tls_allows_shared_memory(const std::string& tls) {
+  return tls_allows(tls, {"sm", "shm"}, is_shared_memory_transport);
+}
+
+bool tls_allows_rdma(const std::string& tls) {
+  return tls_allows(tls, {"ib"}, [](const std::string& name) { return is_rdma_transport(name); });
 }
 
 std::string status_text(ucs_status_t status) {

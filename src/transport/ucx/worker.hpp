@@ -26,6 +26,12 @@ const DeviceReport& devices();
 // ud* (rc_verbs, rc_mlx5, dc_mlx5, ud_verbs, ud_mlx5, ...).
 bool is_rdma_transport(const std::string& tl_name);
 
+// Whether UCX_TLS (`tls`, "all" when unset) lets UCX use shared memory between processes of
+// one host (sm, shm, posix, sysv, cma, knem, xpmem), or an RDMA transport (ib, rc*, dc*,
+// ud*). An exclusion list ("^tcp,cma") allows what it does not name.
+bool tls_allows_shared_memory(const std::string& tls);
+bool tls_allows_rdma(const std::string& tls);
+
 // "UCS_ERR_UNREACHABLE (Destination is unreachable)".
 std::string status_text(ucs_status_t status);
 
