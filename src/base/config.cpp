@@ -73,14 +73,15 @@ bool Setting::as_bool() const {
 
 std::chrono::milliseconds Setting::as_duration() const { return parse_duration(value(), env_); }
 
-std::vector<std::string> Setting::as_list() const {
+std::vector<std::string> Setting::as_list() const { return split_list(value()); }
+
+std::vector<std::string> split_list(const std::string& text) {
   std::vector<std::string> items;
-  const std::string v = value();
   std::size_t start = 0;
-  while (start <= v.size()) {
-    std::size_t end = v.find(',', start);
-    if (end == std::string::npos) end = v.size();
-    std::string item = v.substr(start, end - start);
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(start, end - start);
     item.erase(0, item.find_first_not_of(" \t"));
     item.erase(item.find_last_not_of(" \t") + 1);
     if (!item.empty()) items.push_back(item);

@@ -52,6 +52,8 @@ class Setting {
 const std::vector<const Setting*>& all_settings();
 
 // Parsers shared with the tools (sizes like "64K", durations like "500ms").
+// "a, b,,c" -> {"a", "b", "c"}: comma separated, items trimmed, empty ones dropped.
+std::vector<std::string> split_list(const std::string& text);
 std::int64_t parse_size(std::string_view text, std::string_view what);
 std::chrono::milliseconds parse_duration(std::string_view text, std::string_view what);
 

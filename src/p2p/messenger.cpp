@@ -63,6 +63,7 @@ Messenger::Messenger(const MessengerConfig& config)
   if (base::Trace* t = base::Trace::active(); t != nullptr && t->transfers()) trace_ = t;
   watchdog_ = base::watchdog_setting().as_duration();
   eager_bytes_ = std::min<std::size_t>(eager_bytes_, base::limits::max_frame_bytes());
+  for (auto& ps : peers_) ps.chunk_bytes = chunk_bytes_;  // connect() may give whole payloads
   const transport::TransportContext context{.rank = config.rank,
                                             .world_size = config.world_size,
                                             .job_id = config.job_id,
@@ -115,11 +116,12 @@ void Messenger::connect(const std::vector<transport::PeerInfo>& peers) {
       if (!groups[i].empty()) transports_[i]->connect(groups[i]);
     // A transport that pipelines large transfers to a peer itself (ucx over shared memory or
     // RDMA) gets whole payloads, unless the user set the chunk.
-    for (const auto& peer : peers) {
-      PeerState& ps = peers_[static_cast<std::size_t>(peer.rank)];
-      ps.chunk_bytes = ps.transport->whole_payloads(peer.rank) && !chunk_setting.from_environment()
-                           ? base::limits::max_frame_bytes()
-                           : chunk_bytes_;
+    if (!chunk_setting.from_environment()) {
+      for (const auto& peer : peers) {
+        PeerState& ps = peers_[static_cast<std::size_t>(peer.rank)];
+        if (ps.transport->whole_payloads(peer.rank))
+          ps.chunk_bytes = base::limits::max_frame_bytes();
+      }
     }
     // Tens of microseconds of spinning between epoll system calls: what the fds carry here
     // (a peer process's exit, a wake-up meant for a sleeping driver) can wait that long, and

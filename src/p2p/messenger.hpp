@@ -186,7 +186,6 @@ class Messenger final : public transport::FrameSink,
     transport::Transport* transport = nullptr;
     std::string transport_reason;
     std::size_t chunk_bytes = 0;  // rendezvous and one-sided payloads go in frames of this size
-                                  // (0 until connected: chunk_bytes_)
     std::optional<Error> failure;
     bool left = false;  // the failure is the peer's goodbye after its last call
     std::size_t unexpected_bytes = 0;
@@ -351,11 +350,11 @@ class Messenger final : public transport::FrameSink,
 
   std::size_t eager_bytes_;
   std::size_t unexpected_limit_;
-  std::size_t chunk_bytes_;  // ANVIEW_RNDV_CHUNK
+  // ANVIEW_RNDV_CHUNK: every peer's PeerState::chunk_bytes unless connect() gives it whole ones.
+  std::size_t chunk_bytes_;
   // The frame size of rendezvous and one-sided payloads to `peer` (mu_ held).
   std::size_t chunk_bytes(int peer) const {
-    const std::size_t own = peers_[static_cast<std::size_t>(peer)].chunk_bytes;
-    return own > 0 ? own : chunk_bytes_;
+    return peers_[static_cast<std::size_t>(peer)].chunk_bytes;
   }
   std::chrono::microseconds spin_;
   base::Trace* trace_ = nullptr;        // ANVIEW_TRACE at the transfers level, else null

@@ -221,6 +221,11 @@ void UcxTransport::connect(const std::vector<PeerInfo>& peers) {
   hello.job_id = context_.job_id;
   hello.rank = static_cast<std::uint32_t>(context_.rank);
   hello.world_size = static_cast<std::uint32_t>(context_.world_size);
+  // UCX pipelines a large transfer over shared memory or RDMA itself: one rendezvous per
+  // payload (per 1 MiB chunk cost 6 % of the 16 MiB bandwidth over sm). Over its TCP,
+  // several chunks in flight beat one rendezvous of the whole.
+  const bool whole_on_host = tls_allows_shared_memory(worker_->tls());
+  const bool whole_across_hosts = rdma_ && tls_allows_rdma(worker_->tls());
   for (const auto& peer : peers) {
     PeerLink& link = peers_[static_cast<std::size_t>(peer.rank)];
     Endpoint endpoint;
@@ -230,11 +235,7 @@ void UcxTransport::connect(const std::vector<PeerInfo>& peers) {
       continue;
     }
     const bool same_host = peer.host_id == context_.host_id && peer.pid > 0;
-    // UCX pipelines a large transfer over shared memory or RDMA itself: one rendezvous per
-    // payload (per 1 MiB chunk cost 6 % of the 16 MiB bandwidth over sm). Over its TCP,
-    // several chunks in flight beat one rendezvous of the whole.
-    link.whole_payloads = same_host ? tls_allows_shared_memory(worker_->tls())
-                                    : rdma_ && tls_allows_rdma(worker_->tls());
+    link.whole_payloads = same_host ? whole_on_host : whole_across_hosts;
     if (same_host) {
       const int rank = peer.rank;
       bool gone = false;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <initializer_list>
 
+#include "base/config.hpp"
+
 namespace anview::transport::ucx {
 namespace {
 
@@ -63,24 +65,11 @@ bool is_rdma_transport(const std::string& tl_name) {
 
 namespace {
 
-// UCX_TLS's names, and whether it is an exclusion list ("^...").
-std::vector<std::string> tls_names(const std::string& tls, bool& excluding) {
-  excluding = !tls.empty() && tls[0] == '^';
-  std::vector<std::string> names;
-  std::size_t at = excluding ? 1 : 0;
-  while (at <= tls.size()) {
-    const std::size_t end = std::min(tls.find(',', at), tls.size());
-    if (end > at) names.push_back(tls.substr(at, end - at));
-    at = end + 1;
-  }
-  return names;
-}
-
 // `groups`: UCX's names for the whole kind ("sm"); `member`: whether a transport is of it.
 bool tls_allows(const std::string& tls, std::initializer_list<const char*> groups,
                 bool (*member)(const std::string&)) {
-  bool excluding = false;
-  const auto names = tls_names(tls, excluding);
+  const bool excluding = !tls.empty() && tls[0] == '^';  // "^tcp": all but these
+  const auto names = base::split_list(excluding ? tls.substr(1) : tls);
   auto is_group = [&](const std::string& n) {
     return std::any_of(groups.begin(), groups.end(), [&](const char* g) { return n == g; });
   };
