@@ -262,9 +262,10 @@ void Connection::wake_peer() {
                reinterpret_cast<const sockaddr*>(&peer_wake_), peer_wake_len_);
 }
 
-bool Connection::work_pending() const {
+bool Connection::work_pending(bool read_head) const {
   if (!readable_.load(std::memory_order_relaxed)) return false;
-  if (!paused_.load(std::memory_order_relaxed) && in_.has_data()) return true;
+  if (!paused_.load(std::memory_order_relaxed) && (read_head ? in_.has_data() : in_.announced()))
+    return true;
   return blocked_.load(std::memory_order_relaxed) &&
          out_control_->tail.load(std::memory_order_seq_cst) !=
              blocked_at_tail_.load(std::memory_order_relaxed);

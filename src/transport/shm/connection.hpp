@@ -71,10 +71,13 @@ class Connection {
 
   // For ShmTransport::before_sleep, which runs without the owner's lock: true when there is
   // something to do at once (records to read, or ring space for queued sends).
-  bool work_pending() const;
-  // The same, plus "still connecting": whether the transport's poller has anything to do.
+  bool work_pending() const { return work_pending(true); }
+  // Whether the transport's poller has anything to do, for a spinning waiter: work_pending(),
+  // or still connecting. It looks for the next record's flag only, not at `head`: a waiter
+  // that read `head` on every spin would pull that line from the producer each message, and
+  // the producer's seq_cst store of it would wait for the line to come back.
   bool state_hint_work() const {
-    return connecting_.load(std::memory_order_relaxed) || work_pending();
+    return connecting_.load(std::memory_order_relaxed) || work_pending(false);
   }
   // Tells the peer there is work for it, if it sleeps.
   void wake_peer();
@@ -82,6 +85,7 @@ class Connection {
   std::unique_ptr<base::ProcessWatch> exit_watch;
 
  private:
+  bool work_pending(bool read_head) const;
   struct Pending {
     FrameHeader header;
     const char* payload;

@@ -231,6 +231,9 @@ class RingReader {
   bool has_data() const {
     return next_arrived() || ahead(control_->head.load(std::memory_order_seq_cst));
   }
+  // The next record announced itself; cheaper than has_data() (no look at `head`, which the
+  // producer writes on every publish), but without its ordering against the sleeping flag.
+  bool announced() const { return next_arrived(); }
 
   // The next record (pads skipped), or false when there is none. A record that is not valid
   // sets `error` and returns false; the ring must not be read again.
