@@ -117,7 +117,7 @@ constexpr Word no_go_word = Word::no_go;
 
 void tell(Call& call, int p, const void* data, std::size_t bytes) {
   try {
-    call.messenger.isend(data, bytes, call.world(p), call.tag, true);
+    call.messenger.isend(data, bytes, call.world(p), call.tag, p2p::Messenger::Poster::internal);
   } catch (const Error&) {
     // Only for arguments that cannot be wrong here; the peer's failure reaches its receive.
   }

@@ -52,12 +52,14 @@ void wait(Call& call, const RequestPtr& request) {
 }
 
 RequestPtr post_recv(Call& call, void* data, std::size_t bytes, int from) {
-  call.posted.push_back(call.messenger.irecv(data, bytes, call.world(from), call.tag, true));
+  call.posted.push_back(call.messenger.irecv(data, bytes, call.world(from), call.tag,
+                                             p2p::Messenger::Poster::internal));
   return call.posted.back();
 }
 
 RequestPtr post_send(Call& call, const void* data, std::size_t bytes, int to) {
-  call.posted.push_back(call.messenger.isend(data, bytes, call.world(to), call.tag, true));
+  call.posted.push_back(call.messenger.isend(data, bytes, call.world(to), call.tag,
+                                             p2p::Messenger::Poster::internal));
   return call.posted.back();
 }
 

@@ -231,13 +231,14 @@ Status wait_or_abandon(p2p::Messenger& messenger, detail::RequestImpl& impl,
 void Communicator::send(const void* data, std::size_t bytes, int peer, Tag tag,
                         std::optional<std::chrono::milliseconds> timeout) {
   if (impl_->messenger().send_now(data, bytes, peer, tag)) return;  // small, and the link had room
-  auto impl = impl_->messenger().isend(data, bytes, peer, tag);
+  auto impl = impl_->messenger().isend(data, bytes, peer, tag, p2p::Messenger::Poster::blocking);
   wait_or_abandon(impl_->messenger(), *impl, timeout);
 }
 
 Status Communicator::recv(void* data, std::size_t capacity, int source, Tag tag,
                           std::optional<std::chrono::milliseconds> timeout) {
-  auto impl = impl_->messenger().irecv(data, capacity, source, tag);
+  auto impl =
+      impl_->messenger().irecv(data, capacity, source, tag, p2p::Messenger::Poster::blocking);
   return wait_or_abandon(impl_->messenger(), *impl, timeout);
 }
 

@@ -21,10 +21,17 @@ void PostedQueue::push(RequestPtr recv) {
 
 RequestPtr PostedQueue::find(int source, std::uint64_t tag, bool take) {
   auto& mine = by_source_[static_cast<std::size_t>(source)];
-  auto a = std::find_if(mine.begin(), mine.end(),
-                        [&](const RequestPtr& r) { return tag_matches(r->tag, tag); });
-  auto b = std::find_if(any_source_.begin(), any_source_.end(),
-                        [&](const RequestPtr& r) { return tag_matches(r->tag, tag); });
+  auto matching = [&](const RequestPtr& r) { return tag_matches(r->tag, tag); };
+  // The common case, receives of one source matched in the order they were posted: the
+  // oldest one matches and no wildcard receive competes.
+  if (any_source_.empty() && !mine.empty() && matching(mine.front())) {
+    if (!take) return mine.front();
+    RequestPtr r = std::move(mine.front());
+    mine.pop_front();
+    return r;
+  }
+  auto a = std::find_if(mine.begin(), mine.end(), matching);
+  auto b = std::find_if(any_source_.begin(), any_source_.end(), matching);
   const bool use_a =
       a != mine.end() && (b == any_source_.end() || (*a)->post_order < (*b)->post_order);
   if (!use_a && b == any_source_.end()) return nullptr;
@@ -32,7 +39,10 @@ RequestPtr PostedQueue::find(int source, std::uint64_t tag, bool take) {
   auto it = use_a ? a : b;
   if (!take) return *it;
   RequestPtr r = std::move(*it);
-  list.erase(it);
+  if (it == list.begin())
+    list.pop_front();
+  else
+    list.erase(it);
   return r;
 }
 

@@ -10,6 +10,7 @@
 #include "base/random.hpp"
 #include "base/timeouts.hpp"
 #include "p2p/protocol.hpp"
+#include "p2p/request_pool.hpp"
 #include "transport/registry.hpp"
 #include "transport/self/self_transport.hpp"
 
@@ -200,8 +201,10 @@ bool Messenger::send_now(const void* data, std::size_t bytes, int peer, Tag tag)
   return sent;
 }
 
-RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag tag, bool internal) {
-  auto req = std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::send, peer, tag);
+RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag tag, Poster poster) {
+  const bool internal = poster == Poster::internal;
+  auto req = new_request(poster == Poster::blocking ? nullptr : shared_from_this(),
+                         RequestImpl::Kind::send, peer, tag);
   if (peer < 0 || peer >= config_.world_size)
     throw request_error(*req, ErrorKind::usage,
                         "peer " + std::to_string(peer) +
@@ -216,7 +219,8 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
   req->status = Status{config_.rank, tag, bytes};
   if (trace_ != nullptr || (base::metrics::enabled && bytes > eager_bytes_))
     req->posted = base::Clock::now();
-  Completions completed;
+  // Most posts complete nothing under the lock: no Completions to make and take apart then.
+  std::optional<Completions> completed;
   {
     Lock lock(mu_);
     PeerState& ps = peers_[static_cast<std::size_t>(peer)];
@@ -249,15 +253,16 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
       h.arg = bytes;
       send_frame(peer, h, nullptr, transport::Ordering::ordered, nullptr);
     }
-    take_completed(completed);
+    if (!completed_.empty()) take_completed(completed.emplace());
   }
-  run_callbacks(completed);
+  if (completed) run_callbacks(*completed);
   return req;
 }
 
-RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag tag, bool internal) {
-  auto req =
-      std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::recv, source, tag);
+RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag tag, Poster poster) {
+  const bool internal = poster == Poster::internal;
+  auto req = new_request(poster == Poster::blocking ? nullptr : shared_from_this(),
+                         RequestImpl::Kind::recv, source, tag);
   if (source != any_source && (source < 0 || source >= config_.world_size))
     throw request_error(*req, ErrorKind::usage,
                         "source " + std::to_string(source) +
@@ -271,7 +276,7 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
   req->capacity = capacity;
   if (trace_ != nullptr || (base::metrics::enabled && capacity > eager_bytes_))
     req->posted = base::Clock::now();
-  Completions completed;
+  std::optional<Completions> completed;
   {
     Lock lock(mu_);
     const auto found = closed_ ? std::nullopt : unexpected_.find(source, tag);
@@ -288,9 +293,9 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
     } else {
       posted_.push(req);
     }
-    take_completed(completed);
+    if (!completed_.empty()) take_completed(completed.emplace());
   }
-  run_callbacks(completed);
+  if (completed) run_callbacks(*completed);
   return req;
 }
 
@@ -418,8 +423,12 @@ void Messenger::trace_transfer(const RequestImpl& request) const {
 void Messenger::take_completed(Completions& out) {
   if (completed_.empty()) return;
   for (auto& r : completed_) {
-    Request::Callback callback = std::move(r->callback);
-    out.add(std::move(r), std::move(callback));
+    if (r->callback) {
+      Request::Callback callback = std::exchange(r->callback, nullptr);
+      out.add(std::move(r), std::move(callback));
+    } else {
+      out.add(std::move(r));
+    }
   }
   completed_.clear();  // keeps its capacity: no allocation on the next completion
   out.notify = sleepers_.load(std::memory_order_seq_cst) > 0;
@@ -431,9 +440,11 @@ void Messenger::run_callbacks(Completions& completed) {
 }
 
 void Completions::add(RequestPtr request, Request::Callback callback) {
-  if (callback) {
-    callbacks_.emplace_back(std::move(request), std::move(callback));
-  } else if (count_ < inline_count) {
+  callbacks_.emplace_back(std::move(request), std::move(callback));
+}
+
+void Completions::add(RequestPtr request) {
+  if (count_ < inline_count) {
     held_[count_++] = std::move(request);
   } else {
     more_.push_back(std::move(request));
@@ -654,8 +665,7 @@ Status Messenger::wait_external(RequestImpl& request, std::chrono::milliseconds 
 }
 
 RequestPtr Messenger::external_request(std::string operation) {
-  auto req =
-      std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::external, -1, Tag{0});
+  auto req = new_request(shared_from_this(), RequestImpl::Kind::external, -1, Tag{0});
   req->operation = std::move(operation);
   req->status.source = config_.rank;
   return req;

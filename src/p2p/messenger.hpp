@@ -54,8 +54,9 @@ struct MessengerConfig {
 // requests: those are held inline, without allocating.
 class Completions {
  public:
-  void add(RequestPtr request, Request::Callback callback);
-  void run();           // the callbacks, in completion order
+  void add(RequestPtr request, Request::Callback callback);  // a callback to run
+  void add(RequestPtr request);                              // a reference to drop
+  void run();                                                // the callbacks, in completion order
   bool notify = false;  // threads sleep on the messenger's condition variable
 
  private:
@@ -83,12 +84,20 @@ class Messenger final : public transport::FrameSink,
   transport::PeerInfo self_info() const;
   void connect(const std::vector<transport::PeerInfo>& peers);
 
-  // `internal`: the caller is a layer above p2p (collectives) and may use reserved tags.
-  RequestPtr isend(const void* data, std::size_t bytes, int peer, Tag tag, bool internal = false);
+  // Who posts a request and how it is waited for.
+  enum class Poster : std::uint8_t {
+    user,      // handed out as an anview::Request, which calls back through its owner
+    blocking,  // a blocking call that waits for it before returning: no owner reference (two
+               // atomic operations less per message)
+    internal,  // a layer above p2p (collectives): may use reserved tags
+  };
+  RequestPtr isend(const void* data, std::size_t bytes, int peer, Tag tag,
+                   Poster poster = Poster::user);
   // The blocking send's fast path: true when a small message was handed to the transport at
   // once (no request needed); false when the caller must isend() (which also reports errors).
   bool send_now(const void* data, std::size_t bytes, int peer, Tag tag);
-  RequestPtr irecv(void* data, std::size_t capacity, int source, Tag tag, bool internal = false);
+  RequestPtr irecv(void* data, std::size_t capacity, int source, Tag tag,
+                   Poster poster = Poster::user);
 
   // A request that a layer above completes (finish_external), e.g. a nonblocking collective
   // run by a worker thread; `operation` ("allreduce #3") names it in errors and waits.

@@ -19,6 +19,7 @@
 
 #include "base/log.hpp"
 #include "p2p/messenger.hpp"
+#include "p2p/request_pool.hpp"
 
 namespace anview::p2p {
 namespace {
@@ -180,7 +181,7 @@ std::shared_ptr<char> Messenger::mapping(const transport::PeerMemory& memory,
 
 RequestPtr Messenger::start_rma(RequestImpl::Kind kind, const RemoteKey& key, std::size_t bytes,
                                 std::uint64_t offset) {
-  auto op = std::make_shared<RequestImpl>(shared_from_this(), kind, key.rank, Tag{0});
+  auto op = new_request(shared_from_this(), kind, key.rank, Tag{0});
   if (key.rank < 0 || key.rank >= config_.world_size) {
     throw rma_error(*op, ErrorKind::usage,
                     "the key names rank " + std::to_string(key.rank) +
@@ -559,8 +560,7 @@ void Messenger::fail_rma(PeerState& ps, const Error& error) {
 }
 
 RequestPtr Messenger::flush(int peer) {
-  auto req =
-      std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::flush, peer, Tag{0});
+  auto req = new_request(shared_from_this(), RequestImpl::Kind::flush, peer, Tag{0});
   if (peer != any_source && (peer < 0 || peer >= config_.world_size)) {
     throw rma_error(*req, ErrorKind::usage,
                     "peer " + std::to_string(peer) + " is not a rank of this communicator (size " +

@@ -16,6 +16,7 @@
 
 #include "base/log.hpp"
 #include "p2p/messenger.hpp"
+#include "p2p/request_pool.hpp"
 
 namespace anview::p2p {
 namespace {
@@ -280,8 +281,7 @@ void Messenger::flush_native(int peer) {
   ps.native_unflushed = false;
   transport::RemoteAccess* access = ps.transport->remote_access(peer);
   if (access == nullptr) return;  // the link is failing: the operations fail with it
-  auto op =
-      std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::flush, peer, Tag{0});
+  auto op = new_request(shared_from_this(), RequestImpl::Kind::flush, peer, Tag{0});
   op->id = next_id_++;
   op->phase = RequestImpl::Phase::transferring;
   ps.rma.emplace(op->id, op);
@@ -302,8 +302,7 @@ void Messenger::withdraw_native(std::uint64_t token) {
     for (int p : it->second.holders)
       if (!peers_[static_cast<std::size_t>(p)].failure) holders.insert(p);
     if (!closed_ && !holders.empty()) {
-      waiting =
-          std::make_shared<RequestImpl>(shared_from_this(), RequestImpl::Kind::flush, -1, Tag{0});
+      waiting = new_request(shared_from_this(), RequestImpl::Kind::flush, -1, Tag{0});
       withdrawals_[token] = Withdrawal{.request = waiting, .waiting = holders};
       for (int p : holders) {
         send_frame(p, key_frame(FrameType::key_withdraw, token, RmaReject::none), nullptr,

@@ -26,6 +26,20 @@ TEST(PostedQueue, EarliestPostedMatchWinsAcrossSpecificAndAnySource) {
   EXPECT_EQ(q.find(2, 5, false), nullptr);
 }
 
+TEST(PostedQueue, OneSourceInPostOrderAndPastANonMatchingFront) {
+  PostedQueue q(2);
+  auto first = recv(1, Tag{5}), second = recv(1, Tag{5}), other = recv(1, Tag{7});
+  q.push(first);
+  q.push(second);
+  EXPECT_EQ(q.find(1, 5, false), first);  // a look leaves it queued
+  EXPECT_EQ(q.find(1, 5, true), first);
+  q.push(other);
+  EXPECT_EQ(q.find(1, 7, true), other);  // behind `second`, which stays first in line
+  EXPECT_EQ(q.find(1, 5, true), second);
+  EXPECT_EQ(q.find(1, 5, true), nullptr);
+  EXPECT_EQ(q.find(0, 5, true), nullptr);
+}
+
 TEST(PostedQueue, RemoveAndTakeFrom) {
   PostedQueue q(3);
   auto a = recv(0, Tag{1}), b = recv(2, Tag{1}), c = recv(any_source, Tag{1});
