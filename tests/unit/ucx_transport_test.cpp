@@ -9,10 +9,12 @@
 
 #include <cstring>
 
+#include "base/progress_engine.hpp"
 #include "support/expect_error.hpp"
 #include "support/scoped_env.hpp"
 #include "support/thread_ranks.hpp"
 #include "transport/ucx/handshake.hpp"
+#include "transport/ucx/ucx_transport.hpp"
 #include "transport/ucx/worker.hpp"
 
 namespace anview {
@@ -75,6 +77,18 @@ TEST(UcxDevices, RdmaTransportsAreTold) {
   bool has_tcp = false;
   for (const auto& d : report.other) has_tcp = has_tcp || d.rfind("tcp/", 0) == 0;
   EXPECT_TRUE(has_tcp) << "UCX lists no tcp device";
+}
+
+// The per-peer questions a layer above may ask answer "no" for ranks that are not connected
+// through ucx, or not ranks at all, instead of reading past the peer table.
+TEST(UcxTransport, PeerQueriesOutsideTheTableSayNo) {
+  base::ProgressEngine engine;
+  const transport::TransportContext context{.rank = 0, .world_size = 2, .engine = &engine};
+  ucx::UcxTransport t(context, /*forced=*/true);
+  for (const int peer : {-1, 1, 2, 1000}) {
+    EXPECT_FALSE(t.whole_payloads(peer)) << peer;
+    EXPECT_EQ(t.peer_memory(peer), nullptr) << peer;
+  }
 }
 
 // What UCX_TLS lets UCX use decides whether a peer gets whole rendezvous payloads.

@@ -556,6 +556,7 @@ void UcxTransport::shutdown(base::Deadline deadline) {
 }
 
 bool UcxTransport::whole_payloads(int peer) const {
+  if (peer < 0 || static_cast<std::size_t>(peer) >= peers_.size()) return false;
   return peers_[static_cast<std::size_t>(peer)].whole_payloads;
 }
 
