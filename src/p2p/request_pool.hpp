@@ -14,9 +14,9 @@
 
 namespace anview::p2p {
 
-// Free blocks of `Size` bytes, per thread, at most `limit`; what a thread keeps goes back to
-// operator delete when it exits.
-template <std::size_t Size, std::size_t Align>
+// Free blocks for one T each, per thread, at most `limit`; what a thread keeps goes back to
+// std::allocator<T> when it exits.
+template <class T>
 class BlockCache {
  public:
   static void* take() noexcept {
@@ -37,7 +37,7 @@ class BlockCache {
   ~BlockCache() {
     while (head_ != nullptr) {
       Node* n = std::exchange(head_, head_->next);
-      ::operator delete (static_cast<void*>(n), Size, std::align_val_t{Align});
+      std::allocator<T>{}.deallocate(reinterpret_cast<T*>(n), 1);
     }
   }
 
@@ -45,7 +45,7 @@ class BlockCache {
   struct Node {
     Node* next;
   };
-  static_assert(Size >= sizeof(Node));
+  static_assert(sizeof(T) >= sizeof(Node) && alignof(T) >= alignof(Node));
 #if defined(__SANITIZE_ADDRESS__)
   static constexpr std::size_t limit = 0;
 #else
@@ -68,13 +68,13 @@ struct RecyclingAllocator {
 
   T* allocate(std::size_t n) {
     if (n == 1) {
-      if (void* p = BlockCache<sizeof(T), alignof(T)>::take()) return static_cast<T*>(p);
+      if (void* p = BlockCache<T>::take()) return static_cast<T*>(p);
     }
-    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{alignof(T)}));
+    return std::allocator<T>{}.allocate(n);
   }
   void deallocate(T* p, std::size_t n) noexcept {
-    if (n == 1 && BlockCache<sizeof(T), alignof(T)>::give(p)) return;
-    ::operator delete (static_cast<void*>(p), n * sizeof(T), std::align_val_t{alignof(T)});
+    if (n == 1 && BlockCache<T>::give(p)) return;
+    std::allocator<T>{}.deallocate(p, n);
   }
   template <class U>
   bool operator==(const RecyclingAllocator<U>&) const noexcept {
