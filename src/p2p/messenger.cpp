@@ -58,13 +58,14 @@ Messenger::Messenger(const MessengerConfig& config)
       regions_(base::random_u64() ^ reinterpret_cast<std::uintptr_t>(this)),
       eager_bytes_(static_cast<std::size_t>(eager_setting.as_int())),
       unexpected_limit_(static_cast<std::size_t>(unexpected_setting.as_int())),
-      chunk_bytes_(static_cast<std::size_t>(
-          std::clamp<std::int64_t>(chunk_setting.as_int(), 4096, base::limits::max_frame_bytes()))),
       spin_(std::chrono::microseconds(spin_setting.as_int())) {
   if (base::Trace* t = base::Trace::active(); t != nullptr && t->transfers()) trace_ = t;
   watchdog_ = base::watchdog_setting().as_duration();
   eager_bytes_ = std::min<std::size_t>(eager_bytes_, base::limits::max_frame_bytes());
-  for (auto& ps : peers_) ps.chunk_bytes = chunk_bytes_;  // connect() may give whole payloads
+  // ANVIEW_RNDV_CHUNK for every peer; connect() may give a peer whole payloads instead.
+  const auto chunk = static_cast<std::size_t>(
+      std::clamp<std::int64_t>(chunk_setting.as_int(), 4096, base::limits::max_frame_bytes()));
+  for (auto& ps : peers_) ps.chunk_bytes = chunk;
   const transport::TransportContext context{.rank = config.rank,
                                             .world_size = config.world_size,
                                             .job_id = config.job_id,

@@ -359,8 +359,6 @@ class Messenger final : public transport::FrameSink,
 
   std::size_t eager_bytes_;
   std::size_t unexpected_limit_;
-  // ANVIEW_RNDV_CHUNK: every peer's PeerState::chunk_bytes unless connect() gives it whole ones.
-  std::size_t chunk_bytes_;
   // The frame size of rendezvous and one-sided payloads to `peer` (mu_ held).
   std::size_t chunk_bytes(int peer) const {
     return peers_[static_cast<std::size_t>(peer)].chunk_bytes;

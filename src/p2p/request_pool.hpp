@@ -14,6 +14,13 @@
 
 namespace anview::p2p {
 
+// Whether freed request blocks are kept for reuse (not under AddressSanitizer).
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool requests_recycled = false;
+#else
+inline constexpr bool requests_recycled = true;
+#endif
+
 // Free blocks for one T each, per thread, at most `limit`; what a thread keeps goes back to
 // std::allocator<T> when it exits.
 template <class T>
@@ -46,11 +53,7 @@ class BlockCache {
     Node* next;
   };
   static_assert(sizeof(T) >= sizeof(Node) && alignof(T) >= alignof(Node));
-#if defined(__SANITIZE_ADDRESS__)
-  static constexpr std::size_t limit = 0;
-#else
-  static constexpr std::size_t limit = 64;
-#endif
+  static constexpr std::size_t limit = requests_recycled ? 64 : 0;
   static BlockCache& mine() noexcept {
     thread_local BlockCache cache;
     return cache;

@@ -264,7 +264,7 @@ void Connection::wake_peer() {
 
 bool Connection::work_pending(bool read_head) const {
   if (!readable_.load(std::memory_order_relaxed)) return false;
-  if (!paused_.load(std::memory_order_relaxed) && (read_head ? in_.has_data() : in_.announced()))
+  if (!paused_.load(std::memory_order_relaxed) && (read_head ? in_.has_data() : in_.next_arrived()))
     return true;
   return blocked_.load(std::memory_order_relaxed) &&
          out_control_->tail.load(std::memory_order_seq_cst) !=

@@ -231,9 +231,13 @@ class RingReader {
   bool has_data() const {
     return next_arrived() || ahead(control_->head.load(std::memory_order_seq_cst));
   }
-  // The next record announced itself; cheaper than has_data() (no look at `head`, which the
-  // producer writes on every publish), but without its ordering against the sleeping flag.
-  bool announced() const { return next_arrived(); }
+  // The record due next announced itself (its sequence number is in place; acquire: so is
+  // the rest of it). Cheaper than has_data() (no look at `head`, which the producer writes on
+  // every publish), but without its ordering against the sleeping flag.
+  bool next_arrived() const {
+    return record_flag_at(data_ + (tail_ & (capacity_ - 1))).load(std::memory_order_acquire) ==
+           record_flag(seq_ + 1, salt_);
+  }
 
   // The next record (pads skipped), or false when there is none. A record that is not valid
   // sets `error` and returns false; the ring must not be read again.
@@ -301,13 +305,6 @@ class RingReader {
   // `head` announces records we have not read. It may also lag behind `tail_` for a moment:
   // we read records as they announce themselves, the producer stores `head` after.
   bool ahead(std::uint64_t head) const { return static_cast<std::int64_t>(head - tail_) > 0; }
-
-  // The record due next announced itself (its sequence number is in place; acquire: so is
-  // the rest of it).
-  bool next_arrived() const {
-    return record_flag_at(data_ + (tail_ & (capacity_ - 1))).load(std::memory_order_acquire) ==
-           record_flag(seq_ + 1, salt_);
-  }
 
   RingControl* control_ = nullptr;
   char* data_ = nullptr;

@@ -89,7 +89,7 @@ bool tls_allows_shared_memory(const std::string& tls) {
 }
 
 bool tls_allows_rdma(const std::string& tls) {
-  return tls_allows(tls, {"ib"}, [](const std::string& name) { return is_rdma_transport(name); });
+  return tls_allows(tls, {"ib"}, is_rdma_transport);
 }
 
 std::string status_text(ucs_status_t status) {
