@@ -25,7 +25,26 @@ enum class DataType : std::uint8_t {
 // and bxor exist for integer types only; other combinations are a usage Error at the call.
 enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg, band, bor, bxor };
 
-std::size_t size_of(DataType type);
+// Bytes per element; 0 for a value outside the enumeration. Inline: every call asks.
+constexpr std::size_t size_of(DataType type) {
+  switch (type) {
+    case DataType::int8:
+    case DataType::uint8:
+      return 1;
+    case DataType::float16:
+    case DataType::bfloat16:
+      return 2;
+    case DataType::int32:
+    case DataType::uint32:
+    case DataType::float32:
+      return 4;
+    case DataType::int64:
+    case DataType::uint64:
+    case DataType::float64:
+      return 8;
+  }
+  return 0;
+}
 std::string_view name_of(DataType type);
 std::string_view name_of(ReduceOp op);
 // The inverse of name_of ("bfloat16" -> DataType::bfloat16); nullopt for an unknown name.

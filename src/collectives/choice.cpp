@@ -49,7 +49,8 @@ std::vector<Collectives::Forced> Collectives::read_forced() {
   for (const auto& item : algo_setting.as_list()) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) continue;
-    Forced f{item.substr(0, eq), item.substr(eq + 1)};
+    Forced f{.collective = item.substr(0, eq), .algorithm = item.substr(eq + 1)};
+    f.recorded = FlightRecorder::stable_name(f.algorithm);
     const auto list = candidates(f.collective, 0, Topology{}, assumed_costs());
     for (const auto& c : list) f.names += (f.names.empty() ? "" : ", ") + c.algorithm;
     f.known = list.empty() || std::any_of(list.begin(), list.end(), [&](const Candidate& c) {
@@ -67,7 +68,7 @@ const std::string& Collectives::forced_for(std::string_view collective) const {
   return none;
 }
 
-void Collectives::check_known(const Call& call) const {
+void Collectives::check_forced_known(const Call& call) const {
   for (const auto& f : forced_) {
     if (f.collective == call.name && !f.known)
       usage(call, "ANVIEW_ALGO names " + f.collective + "=" + f.algorithm + "; known: " + f.names);
@@ -135,14 +136,16 @@ const std::string& Collectives::choose(const Call& call, std::string_view collec
                                        std::size_t bytes, std::size_t element_bytes,
                                        std::size_t per_rank, bool in_place) {
   placement();
-  if (const std::string& forced = forced_for(collective); !forced.empty()) {
-    check_runs(call, forced, per_rank);
-    call.record.algorithm(forced);
-    return forced;
+  for (const Forced& f : forced_) {
+    if (f.collective != collective) continue;
+    if (f.algorithm.empty()) break;  // "broadcast=": the tuner's pick, as forced_for() says
+    check_runs(call, f.algorithm, per_rank);
+    call.record.algorithm(f.recorded);
+    return f.algorithm;
   }
   if (model_) {  // measured: a pick depends on the arguments alone (this thread writes model_)
     if (const Decision* d = recall(collective, Step::whole, bytes, element_bytes, in_place)) {
-      call.record.algorithm(d->algorithm);
+      call.record.algorithm(d->recorded);
       return d->algorithm;
     }
   } else {
@@ -154,21 +157,31 @@ const std::string& Collectives::choose(const Call& call, std::string_view collec
   }
   const std::string& algorithm =
       remember({.collective = std::string(collective),
+                .name_seen = collective.data(),
                 .bytes = bytes,
                 .element_bytes = element_bytes,
                 .in_place = in_place,
                 .algorithm = pick(collective, bytes, element_bytes, in_place, nullptr)});
-  call.record.algorithm(algorithm);
+  call.record.algorithm(decisions_[(next_decision_ - 1) % decisions_.size()].recorded);
   return algorithm;
 }
 
 const Collectives::Decision* Collectives::recall(std::string_view collective, Step step,
                                                  std::size_t bytes, std::size_t element_bytes,
                                                  bool in_place) const {
-  for (const auto& d : decisions_) {
-    if (d.collective == collective && d.step == step && d.bytes == bytes &&
-        d.element_bytes == element_bytes && d.in_place == in_place)
-      return &d;
+  // The numbers first: "allreduce" and "broadcast" have the same length, so telling them apart
+  // by name takes a memcmp. The last pick first: programs repeat a call.
+  const auto same = [&](const Decision& d) {
+    return d.bytes == bytes && d.element_bytes == element_bytes && d.step == step &&
+           d.in_place == in_place &&
+           (d.name_seen == collective.data() || d.collective == collective);
+  };
+  if (same(decisions_[last_decision_])) return &decisions_[last_decision_];
+  for (std::size_t i = 0; i < decisions_.size(); ++i) {
+    if (same(decisions_[i])) {
+      last_decision_ = i;
+      return &decisions_[i];
+    }
   }
   return nullptr;
 }
@@ -176,6 +189,7 @@ const Collectives::Decision* Collectives::recall(std::string_view collective, St
 const std::string& Collectives::remember(Decision decision) {
   Decision& d = decisions_[next_decision_++ % decisions_.size()];
   d = std::move(decision);
+  d.recorded = FlightRecorder::stable_name(d.algorithm);
   return d.algorithm;
 }
 
@@ -185,6 +199,7 @@ const std::string& Collectives::step_algorithm(std::string_view collective, std:
   if (const Decision* d = recall(collective, step, bytes, element_bytes, true)) return d->algorithm;
   const Topology t = topology(element_bytes, true);
   return remember({.collective = std::string(collective),
+                   .name_seen = collective.data(),
                    .step = step,
                    .bytes = bytes,
                    .element_bytes = element_bytes,

@@ -30,30 +30,30 @@ Collectives::Collectives(p2p::Messenger& messenger)
       }) {}
 
 std::size_t Collectives::record_bytes(std::size_t count, DataType type) {
-  const std::size_t esize = size_of(type);
-  return esize != 0 && count > std::numeric_limits<std::size_t>::max() / esize
+  std::size_t bytes = 0;  // no division: this runs at every call
+  return __builtin_mul_overflow(count, size_of(type), &bytes)
              ? std::numeric_limits<std::size_t>::max()
-             : count * esize;
+             : bytes;
 }
 
 Call Collectives::begin(const char* name, std::size_t bytes, int root) {
   const std::uint64_t seq = ++sequence_;
   recorder_.begin(seq, name, bytes, root);
   posted_.clear();
-  Call call{messenger_,
-            messenger_.rank(),
-            messenger_.size(),
-            Tag{reserved_tags + (seq & ((std::uint64_t{1} << 62) - 1))},
-            messenger_.default_timeout(),
-            name,
-            seq,
-            posted_,
-            scratch_,
-            chunk_bytes_};
-  call.reporter = reporter_;
-  call.watchdog = watchdog_;
-  call.record = Recording(&recorder_, seq);
-  return call;
+  return Call{messenger_,
+              messenger_.rank(),
+              messenger_.size(),
+              Tag{reserved_tags + (seq & ((std::uint64_t{1} << 62) - 1))},
+              messenger_.default_timeout(),
+              name,
+              seq,
+              posted_,
+              scratch_,
+              chunk_bytes_,
+              reporter_,
+              watchdog_,
+              /*group=*/nullptr,
+              Recording(&recorder_, seq)};  // built in place: the call owns its entry
 }
 
 void Collectives::usage(const Call& call, const std::string& cause) const {
@@ -61,20 +61,20 @@ void Collectives::usage(const Call& call, const std::string& cause) const {
   throw Error(ErrorKind::usage, {.rank = call.rank, .operation = call.operation(), .cause = cause});
 }
 
-void Collectives::check_root(const Call& call, int root) const {
-  if (root < 0 || root >= call.size) {
-    usage(call, "root " + std::to_string(root) + " is not a rank of this communicator (size " +
-                    std::to_string(call.size) + ")");
-  }
+void Collectives::bad_root(const Call& call, int root) const {
+  usage(call, "root " + std::to_string(root) + " is not a rank of this communicator (size " +
+                  std::to_string(call.size) + ")");
 }
 
 std::size_t Collectives::checked_bytes(const Call& call, std::size_t count, DataType type) const {
   const std::size_t esize = size_of(type);
   if (esize == 0) usage(call, "unknown data type " + std::to_string(static_cast<int>(type)));
-  const std::size_t limit =
-      std::numeric_limits<std::size_t>::max() / (esize * static_cast<std::size_t>(call.size));
-  if (count > limit) usage(call, "count " + std::to_string(count) + " overflows the buffer size");
-  return count * esize;
+  // count * esize * size must fit (the gathering kinds hold a block per rank).
+  std::size_t bytes = 0, all = 0;
+  if (__builtin_mul_overflow(count, esize, &bytes) ||
+      __builtin_mul_overflow(bytes, static_cast<std::size_t>(call.size), &all))
+    usage(call, "count " + std::to_string(count) + " overflows the buffer size");
+  return bytes;
 }
 
 Blocks Collectives::checked_blocks(const Call& call, std::span<const std::size_t> counts,
@@ -127,9 +127,8 @@ std::size_t Collectives::total_bytes(const Blocks& blocks) {
   return end;
 }
 
-void Collectives::check_buffer(const Call& call, const void* p, std::size_t bytes,
-                               const char* which) const {
-  if (p == nullptr && bytes > 0) usage(call, std::string("null ") + which + " buffer");
+void Collectives::null_buffer(const Call& call, const char* which) const {
+  usage(call, std::string("null ") + which + " buffer");
 }
 
 int Collectives::local_placement() const {
@@ -157,7 +156,7 @@ int Collectives::local_placement() const {
   return local_placement_;
 }
 
-int Collectives::placement() {
+int Collectives::agree_placement() {
   if (agreed_placement_.load(std::memory_order_acquire) < 0) {
     // Every rank's view and host: the bits that hold everywhere, and who shares a host.
     Call call = begin("placement agreement");

@@ -79,7 +79,11 @@ class Collectives {
   int local_placement() const;
   // What holds for every rank: agreed by all ranks the first time a call could use a
   // same-host algorithm (a collective of its own), then remembered.
-  int placement();
+  int placement() {
+    const int agreed = agreed_placement_.load(std::memory_order_acquire);
+    return agreed >= 0 ? agreed : agree_placement();
+  }
+  int agree_placement();
   // The agreed bits if agreed, else this rank's view (for reports before the first call).
   bool placement_allows(int bit) const;
   // A new call, recorded with this rank's `bytes` and the root (-1: none).
@@ -90,7 +94,11 @@ class Collectives {
   // What ANVIEW_ALGO forces for `collective`, or empty.
   const std::string& forced_for(std::string_view collective) const;
   // A usage error when ANVIEW_ALGO forces an algorithm the call's collective does not have.
-  void check_known(const Call& call) const;
+  // (The checks run at every call: inline where they pass, out of line where they fail.)
+  void check_known(const Call& call) const {
+    if (!forced_.empty()) check_forced_known(call);
+  }
+  void check_forced_known(const Call& call) const;
   // A usage error where placement or size rules out `algo` (forced by ANVIEW_ALGO) for a call
   // moving `bytes` per rank.
   void check_runs(const Call& call, const std::string& algo, std::size_t bytes) const;
@@ -103,7 +111,7 @@ class Collectives {
   // The algorithm of a call: forced (a usage error where it cannot run), else the tuner's pick,
   // measuring the costs first when there is a choice. `bytes` as in candidates(); `per_rank`
   // what each rank contributes (the shared slots' limit applies to it). Valid until the next
-  // call of choose().
+  // call of choose(). `collective` is a string literal (its address identifies it).
   const std::string& choose(const Call& call, std::string_view collective, std::size_t bytes,
                             std::size_t element_bytes, std::size_t per_rank, bool in_place = false);
   // The flat algorithm of `collective` that a step of a hierarchical one runs: among the
@@ -114,9 +122,15 @@ class Collectives {
   // The pick with the costs as they are (no measuring), and why.
   std::string pick(std::string_view collective, std::size_t bytes, std::size_t element_bytes,
                    bool in_place, std::string* why) const;
-  void check_root(const Call& call, int root) const;
+  void check_root(const Call& call, int root) const {
+    if (root < 0 || root >= call.size) bad_root(call, root);
+  }
+  [[noreturn]] void bad_root(const Call& call, int root) const;
   std::size_t checked_bytes(const Call& call, std::size_t count, DataType type) const;
-  void check_buffer(const Call& call, const void* p, std::size_t bytes, const char* which) const;
+  void check_buffer(const Call& call, const void* p, std::size_t bytes, const char* which) const {
+    if (p == nullptr && bytes > 0) null_buffer(call, which);
+  }
+  [[noreturn]] void null_buffer(const Call& call, const char* which) const;
   // Per-rank blocks from counts and displacements (elements; empty displacements: packed in
   // rank order), checked: one entry per rank, no overflow.
   Blocks checked_blocks(const Call& call, std::span<const std::size_t> counts,
@@ -136,6 +150,7 @@ class Collectives {
   struct Forced {
     std::string collective;
     std::string algorithm;
+    const char* recorded = nullptr;  // `algorithm` as the flight recorder takes it
     bool known = true;  // the collective has that algorithm (else `names` lists those it has)
     std::string names;
   };
@@ -165,20 +180,25 @@ class Collectives {
   enum class Step : std::uint8_t { whole, among_hosts, inside_host };
   struct Decision {
     std::string collective;
+    // The text the caller named it with (a string literal): the same address is the same
+    // name, told without comparing the characters.
+    const char* name_seen = nullptr;
     Step step = Step::whole;
     std::size_t bytes = 0;
     std::size_t element_bytes = 0;
     bool in_place = false;
     std::string algorithm;
+    const char* recorded = nullptr;  // `algorithm` as the flight recorder takes it
   };
   // The remembered pick for a call that looks like this one, or null.
   const Decision* recall(std::string_view collective, Step step, std::size_t bytes,
                          std::size_t element_bytes, bool in_place) const;
   const std::string& remember(Decision decision);
   std::array<Decision, 8> decisions_;
-  std::size_t next_decision_ = 0;        // the one to replace next
-  std::vector<p2p::RequestPtr> posted_;  // the current call's requests
-  std::vector<char> scratch_;            // the current call's incoming data
+  std::size_t next_decision_ = 0;          // the one to replace next
+  mutable std::size_t last_decision_ = 0;  // the one recall() found last
+  std::vector<p2p::RequestPtr> posted_;    // the current call's requests
+  std::vector<char> scratch_;              // the current call's incoming data
   // A copy of the current call's input, for algorithms that work on it in place (kept: a
   // fresh allocation of 32 MiB or more is a fresh mapping whose page faults cost more than the
   // collective itself).

@@ -1,9 +1,12 @@
 #include "collectives/flight_recorder.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <set>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -19,7 +22,7 @@ namespace {
 const base::Setting recorder_setting(
     "collectives", "ANVIEW_FLIGHT_RECORDER", "1024",
     "Collectives each communicator's flight recorder remembers for its dumps, metrics and "
-    "trace (0: off)");
+    "trace, rounded up to a power of two (0: off)");
 
 constexpr auto relaxed = std::memory_order_relaxed;
 // The seqlock without fences (ThreadSanitizer has none): the writer stores the fields with
@@ -55,22 +58,17 @@ FlightRecorder::FlightRecorder()
           static_cast<std::size_t>(std::max<std::int64_t>(recorder_setting.as_int(), 0))) {}
 
 FlightRecorder::FlightRecorder(std::size_t capacity)
-    : capacity_(capacity),
-      entries_(capacity > 0 ? std::make_unique<Entry[]>(capacity) : nullptr),
+    : capacity_(capacity > 0 ? std::bit_ceil(capacity) : 0),
+      mask_(capacity_ - 1),
+      entries_(capacity > 0 ? std::make_unique<Entry[]>(capacity_) : nullptr),
       stats_(capacity > 0 ? std::make_unique<Stats[]>(max_stats) : nullptr) {
   if (capacity > 0) base::ns_per_tick();  // calibrates the ticks here, not in a call
-}
-
-FlightRecorder::Entry* FlightRecorder::find(std::uint64_t seq) {
-  if (capacity_ == 0) return nullptr;
-  Entry& e = entries_[seq % capacity_];
-  return e.seq.load(relaxed) == seq ? &e : nullptr;
 }
 
 void FlightRecorder::begin(std::uint64_t seq, const char* name, std::size_t bytes, int root) {
   if (capacity_ == 0) return;
   const std::int64_t now = base::ticks();
-  Entry& e = entries_[seq % capacity_];
+  Entry& e = entries_[seq & mask_];
   {
     Writing w(e);
     e.seq.store(seq, release);
@@ -81,7 +79,7 @@ void FlightRecorder::begin(std::uint64_t seq, const char* name, std::size_t byte
     e.state.store(static_cast<std::uint8_t>(State::running), release);
     e.start_ticks.store(now, release);
     e.end_ticks.store(0, release);
-    for (auto& word : e.algorithm) word.store(0, release);
+    e.algorithm.store(nullptr, release);
   }
   if (has_notes_.load(relaxed) && seq > capacity_) {  // drop the notes of overwritten entries
     std::lock_guard lock(notes_mu_);
@@ -90,14 +88,20 @@ void FlightRecorder::begin(std::uint64_t seq, const char* name, std::size_t byte
   }
 }
 
-void FlightRecorder::algorithm(std::uint64_t seq, std::string_view algorithm) {
+void FlightRecorder::algorithm(std::uint64_t seq, const char* algorithm) {
   Entry* e = find(seq);
   if (e == nullptr) return;
-  std::array<std::uint64_t, algorithm_words> words{};
-  std::memcpy(words.data(), algorithm.data(),
-              std::min(algorithm.size(), sizeof words - 1));  // keeps a NUL at the end
   Writing w(*e);
-  for (std::size_t i = 0; i < algorithm_words; ++i) e->algorithm[i].store(words[i], release);
+  e->algorithm.store(algorithm, release);
+}
+
+const char* FlightRecorder::stable_name(std::string_view name) {
+  static std::mutex mu;
+  static std::set<std::string, std::less<>> names;  // nodes never move: c_str() stays
+  std::lock_guard lock(mu);
+  auto it = names.find(name);
+  if (it == names.end()) it = names.emplace(name).first;
+  return it->c_str();
 }
 
 void FlightRecorder::set_note(std::uint64_t seq, const std::string& note) {
@@ -191,11 +195,9 @@ bool FlightRecorder::read(const Entry& e, Snapshot& out) const {
     out.state = static_cast<State>(e.state.load(acquire));
     out.start_ticks = e.start_ticks.load(acquire);
     out.end_ticks = e.end_ticks.load(acquire);
-    std::array<std::uint64_t, algorithm_words> words;
-    for (std::size_t i = 0; i < algorithm_words; ++i) words[i] = e.algorithm[i].load(acquire);
+    const char* algorithm = e.algorithm.load(acquire);
     if (e.version.load(acquire) != before) continue;
-    const char* text = reinterpret_cast<const char*>(words.data());
-    out.algorithm.assign(text, ::strnlen(text, sizeof words));
+    out.algorithm = algorithm != nullptr ? algorithm : "";
     return out.seq != 0;
   }
   return false;  // the writer kept changing it: a dump skips the entry
@@ -203,18 +205,19 @@ bool FlightRecorder::read(const Entry& e, Snapshot& out) const {
 
 FlightRecorder::Stats& FlightRecorder::stats_for(const Entry& e) {
   const char* name = e.name.load(relaxed);
-  AlgorithmWords words;
-  for (std::size_t i = 0; i < algorithm_words; ++i) words[i] = e.algorithm[i].load(relaxed);
-  const auto same_words = [&](const Stats& st) {
-    return st.words[0] == words[0] && st.words[1] == words[1] && st.words[2] == words[2];
-  };
-  // Programs repeat one call: the last kind and algorithm, by the name's address, first.
-  if (Stats* last = last_stats_; last != nullptr && last->name == name && same_words(*last))
+  const char* algorithm = e.algorithm.load(relaxed);
+  // Programs repeat one call: the last kind and algorithm, by their addresses, first.
+  if (Stats* last = last_stats_;
+      last != nullptr && last->name == name && last->algorithm == algorithm)
     return *last;
+  // The same text may come from another address (a literal here, a stable_name() there).
+  const auto same = [](const char* a, const char* b) {
+    return a == b || (a != nullptr && b != nullptr && std::strcmp(a, b) == 0);
+  };
   const std::size_t n = stats_count_.load(relaxed);  // only this thread adds
   for (std::size_t i = 0; i < n; ++i) {
     Stats& st = stats_[i];
-    if ((st.name == name || std::strcmp(st.name, name) == 0) && same_words(st)) {
+    if (same(st.name, name) && same(st.algorithm, algorithm)) {
       last_stats_ = &st;
       return st;
     }
@@ -222,9 +225,7 @@ FlightRecorder::Stats& FlightRecorder::stats_for(const Entry& e) {
   if (n == max_stats) return stats_[max_stats - 1];  // more kinds than ever seen: lumped
   Stats& st = stats_[n];
   st.name = name;
-  st.words = words;
-  const char* text = reinterpret_cast<const char*>(words.data());
-  st.algorithm.assign(text, ::strnlen(text, sizeof words));
+  st.algorithm = algorithm;
   stats_count_.store(n + 1, std::memory_order_release);
   last_stats_ = &st;
   return st;
@@ -237,7 +238,7 @@ void FlightRecorder::collect_metrics(base::metrics::Sink& sink,
     const Stats& st = stats_[i];
     base::metrics::Labels l = labels;
     l.emplace_back("op", st.name);
-    l.emplace_back("algorithm", st.algorithm.empty() ? "none" : st.algorithm);
+    l.emplace_back("algorithm", st.algorithm == nullptr ? "none" : st.algorithm);
     const auto value = [](const std::atomic<std::uint64_t>& c) {
       return static_cast<double>(c.load(relaxed));
     };

@@ -1,9 +1,9 @@
 // The flight recorder: a bounded ring of a communicator's latest collectives
-// (ANVIEW_FLIGHT_RECORDER entries, default 1024; 0: off, and with it the collectives' metrics and
-// trace events). Each entry says what the call was (sequence number, kind, bytes, root, algorithm),
-// when it started and ended, and how it stands: running, stalled (waiting past the watchdog
-// interval, for whom and what), done or failed (and why). The core dumps it as JSON on errors, on
-// the hang doctor's reports, on SIGUSR1 and on request.
+// (ANVIEW_FLIGHT_RECORDER entries rounded up to a power of two, default 1024; 0: off, and with it
+// the collectives' metrics and trace events). Each entry says what the call was (sequence number,
+// kind, bytes, root, algorithm), when it started and ended, and how it stands: running, stalled
+// (waiting past the watchdog interval, for whom and what), done or failed (and why). The core dumps
+// it as JSON on errors, on the hang doctor's reports, on SIGUSR1 and on request.
 //
 // One thread writes it (the communicator's collectives run one at a time); a dump or a metrics
 // scrape reads it from another. A call costs two reads of base::ticks() (the TSC where it is
@@ -42,8 +42,12 @@ class FlightRecorder {
 
   // A call began (`seq` grows by one per call of the communicator).
   void begin(std::uint64_t seq, const char* name, std::size_t bytes, int root);
-  // The algorithm it runs (names longer than 23 characters are cut).
-  void algorithm(std::uint64_t seq, std::string_view algorithm);
+  // The algorithm it runs: a name that lives as long as the process (a string literal, or
+  // stable_name()'s), stored as its address.
+  void algorithm(std::uint64_t seq, const char* algorithm);
+  // `name`'s copy that lives as long as the process (the same address for the same text).
+  // Takes a lock: for names that are then used many times.
+  static const char* stable_name(std::string_view name);
   // Waiting past the watchdog interval for communicator rank `peer` (-1: several or unknown).
   void stalled(std::uint64_t seq, int peer, const std::string& waiting_for);
   void resumed(std::uint64_t seq);
@@ -63,7 +67,6 @@ class FlightRecorder {
   void collect_metrics(base::metrics::Sink& sink, const base::metrics::Labels& labels) const;
 
  private:
-  static constexpr std::size_t algorithm_words = 3;  // 24 bytes, NUL-terminated
   struct Entry {
     std::atomic<std::uint64_t> version{0};  // odd while the writer is changing the entry
     std::atomic<std::uint64_t> seq{0};      // 0: never used
@@ -74,7 +77,7 @@ class FlightRecorder {
     std::atomic<std::uint8_t> state{0};
     std::atomic<std::int64_t> start_ticks{0};  // base::ticks()
     std::atomic<std::int64_t> end_ticks{0};
-    std::array<std::atomic<std::uint64_t>, algorithm_words> algorithm{};
+    std::atomic<const char*> algorithm{nullptr};  // null: not chosen (yet)
   };
   // What a reader copies out of an entry.
   struct Snapshot {
@@ -89,23 +92,27 @@ class FlightRecorder {
   // The writer's side of the seqlock.
   class Writing;
 
-  Entry* find(std::uint64_t seq);  // the entry of `seq` while the ring holds it, else null
+  // The entry of `seq` while the ring holds it, else null.
+  Entry* find(std::uint64_t seq) {
+    if (capacity_ == 0) return nullptr;
+    Entry& e = entries_[seq & mask_];
+    return e.seq.load(std::memory_order_relaxed) == seq ? &e : nullptr;
+  }
   bool read(const Entry& e, Snapshot& out) const;  // false: unused or changed meanwhile
   void set_note(std::uint64_t seq, const std::string& note);
   std::string note(std::uint64_t seq) const;
 
-  using AlgorithmWords = std::array<std::uint64_t, algorithm_words>;
   struct Stats {
-    const char* name = "";   // a string literal
-    AlgorithmWords words{};  // the algorithm as stored in entries: compared word by word
-    std::string algorithm;
+    const char* name = "";            // a string literal
+    const char* algorithm = nullptr;  // as stored in entries (null: none)
     std::atomic<std::uint64_t> calls{0}, bytes{0}, failed{0}, stalls{0};
     base::metrics::Histogram latency;
   };
   // The writer's: the entry's kind and algorithm (read without the seqlock: it wrote them).
   Stats& stats_for(const Entry& e);
 
-  std::size_t capacity_;
+  std::size_t capacity_;  // a power of two (or 0)
+  std::size_t mask_;      // capacity_ - 1: an entry's index without a division per call
   std::unique_ptr<Entry[]> entries_;
   // Notes (what a stalled call waits for, why a call failed) by seq, of entries still held.
   mutable std::mutex notes_mu_;
@@ -131,7 +138,7 @@ class Recording {
   Recording& operator=(Recording&& other) noexcept;
   ~Recording();
 
-  void algorithm(std::string_view name) const {
+  void algorithm(const char* name) const {
     if (recorder_ != nullptr) recorder_->algorithm(seq_, name);
   }
   void stalled(int peer, const std::string& waiting_for) const {

@@ -16,26 +16,6 @@
 
 namespace anview {
 
-std::size_t size_of(DataType type) {
-  switch (type) {
-    case DataType::int8:
-    case DataType::uint8:
-      return 1;
-    case DataType::float16:
-    case DataType::bfloat16:
-      return 2;
-    case DataType::int32:
-    case DataType::uint32:
-    case DataType::float32:
-      return 4;
-    case DataType::int64:
-    case DataType::uint64:
-    case DataType::float64:
-      return 8;
-  }
-  return 0;
-}
-
 namespace {
 
 constexpr std::string_view type_names[] = {"int8",   "uint8",   "int32",    "uint32",  "int64",

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "anview/anview.hpp"
@@ -121,6 +123,59 @@ TEST(FlightRecorder, ADumpDuringCallsSeesWholeEntries) {
   stop = true;
   writer.join();
   EXPECT_GT(entries, 0);
+}
+
+TEST(FlightRecorder, HoldsAPowerOfTwoOfCalls) {
+  FlightRecorder recorder(5);  // rounded up to 8: an entry's index is a mask, not a division
+  for (std::uint64_t seq = 1; seq <= 20; ++seq) {
+    recorder.begin(seq, "barrier", 0, -1);
+    Recording(&recorder, seq);
+  }
+  const auto j = recorder.to_json();
+  ASSERT_EQ(j.size(), 8u);
+  EXPECT_EQ(j.front()["seq"], 13);
+  EXPECT_EQ(j.back()["seq"], 20);
+}
+
+TEST(FlightRecorder, StableNamesAreOneCopyPerText) {
+  const std::string ring = "ring";
+  const char* a = FlightRecorder::stable_name(ring);
+  const char* b = FlightRecorder::stable_name(std::string_view("ringing").substr(0, 4));
+  EXPECT_EQ(a, b);
+  EXPECT_STREQ(a, "ring");
+  EXPECT_NE(a, ring.c_str());
+  EXPECT_NE(FlightRecorder::stable_name("recursive_doubling"), a);
+}
+
+// The algorithm is kept as an address; the metrics count by text, so a literal and a stable
+// copy of the same name are one series.
+TEST(FlightRecorder, MetricsCountOneSeriesPerKindAndAlgorithmText) {
+  struct Collect final : base::metrics::Sink {
+    std::map<std::string, double> calls;  // "op/algorithm"
+    void counter(const char* name, const char*, const base::metrics::Labels& labels,
+                 double value) override {
+      if (std::string(name) != "anview_collective_calls_total") return;
+      std::string key;
+      for (const auto& [k, v] : labels) key += (key.empty() ? "" : "/") + v;
+      calls[key] += value;
+    }
+    void gauge(const char*, const char*, const base::metrics::Labels&, double) override {}
+    void histogram(const char*, const char*, const base::metrics::Labels&,
+                   const base::metrics::Histogram&) override {}
+  };
+  FlightRecorder recorder(8);
+  const char* algorithms[] = {"ring", FlightRecorder::stable_name("ring"), "ring", nullptr};
+  std::uint64_t seq = 0;
+  for (const char* algorithm : algorithms) {
+    recorder.begin(++seq, "allreduce", 8, -1);
+    Recording record(&recorder, seq);
+    if (algorithm != nullptr) record.algorithm(algorithm);
+  }
+  Collect sink;
+  recorder.collect_metrics(sink, {});
+  EXPECT_EQ(sink.calls.size(), 2u);
+  EXPECT_EQ(sink.calls["allreduce/ring"], 3);
+  EXPECT_EQ(sink.calls["allreduce/none"], 1);
 }
 
 TEST(FlightRecorder, OffRecordsNothing) {
