@@ -32,20 +32,27 @@ def peer_program(name, compiler):
     return path
 
 
+def mpi_iters(size):
+    """mpi_bench's iteration count for a collective of `size` bytes (about 2 GiB of payload, at
+    most 10000): anview-perf runs as many, after as many warm-up calls."""
+    return max(5, min((2 << 30) // size, 10000))
+
+
 def anview(build, transports, op, size, ranks):
     env = dict(os.environ, ANVIEW_TRANSPORTS=transports)
+    iters = mpi_iters(size)
     cmd = [f"{build}/bin/anview-run", "-n", str(ranks), "--timeout", "300", f"{build}/bin/anview-perf",
-           op, "-b", str(size), "-e", str(size), "--json"]
+           op, "-b", str(size), "-e", str(size), "-n", str(iters), "-w", str(iters // 10 + 2), "--json"]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True,
                          timeout=600).stdout
     row = [json.loads(line) for line in out.splitlines() if line.startswith("{")][0]
     return row["time_us"], row["algo"]
 
 
-def mpi(kind, op, transports, ranks):
+def mpi(kind, op, transports, ranks, sizes_list):
     """{bytes: time_us} of one mpi_bench sweep."""
     mpi_op = "bcast" if op == "broadcast" else op
-    sizes = "sizes=" + ",".join(str(s) for s in SIZES)
+    sizes = "sizes=" + ",".join(str(s) for s in sizes_list)
     if kind == "mpich":
         cmd = ["mpirun.mpich", "-np", str(ranks), peer_program("mpi_bench_mpich", "mpicc.mpich"), mpi_op,
                sizes]
@@ -63,6 +70,12 @@ def mpi(kind, op, transports, ranks):
     return times
 
 
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper()
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build", default=os.path.join(ROOT, "build"), help="build directory")
@@ -70,13 +83,16 @@ def main():
     p.add_argument("--op", default="allreduce", choices=["allreduce", "broadcast"])
     p.add_argument("--transports", default="shm", choices=["shm", "tcp"])
     p.add_argument("--ranks", type=int, default=2, help="ranks (more than cores: oversubscribed)")
+    p.add_argument("--sizes", default=",".join(str(s) for s in SIZES),
+                   help="message sizes in bytes, comma-separated (K and M suffixes allowed)")
     a = p.parse_args()
+    sizes = [parse_size(s) for s in a.sizes.split(",")]
     kinds = ["ompi", "mpich"] if a.transports == "shm" else ["ompi"]
-    rows = {s: [] for s in SIZES}  # (anview us, best MPI us, which MPI)
+    rows = {s: [] for s in sizes}  # (anview us, best MPI us, which MPI)
     algos = {}
     for _ in range(a.reps):
-        peers = {k: mpi(k, a.op, a.transports, a.ranks) for k in kinds}
-        for size in SIZES:
+        peers = {k: mpi(k, a.op, a.transports, a.ranks, sizes) for k in kinds}
+        for size in sizes:
             mine, algos[size] = anview(a.build, a.transports, a.op, size, a.ranks)
             best = min(kinds, key=lambda k: peers[k][size])
             rows[size].append((mine, peers[best][size], best))

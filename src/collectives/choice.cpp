@@ -132,9 +132,9 @@ void Collectives::measure_costs() {
   decisions_.fill({});  // picks made with the assumed costs
 }
 
-const std::string& Collectives::choose(const Call& call, std::string_view collective,
-                                       std::size_t bytes, std::size_t element_bytes,
-                                       std::size_t per_rank, bool in_place) {
+const std::string& Collectives::choose_anew(const Call& call, std::string_view collective,
+                                            std::size_t bytes, std::size_t element_bytes,
+                                            std::size_t per_rank, bool in_place) {
   placement();
   for (const Forced& f : forced_) {
     if (f.collective != collective) continue;
@@ -162,7 +162,7 @@ const std::string& Collectives::choose(const Call& call, std::string_view collec
                 .element_bytes = element_bytes,
                 .in_place = in_place,
                 .algorithm = pick(collective, bytes, element_bytes, in_place, nullptr)});
-  call.record.algorithm(decisions_[(next_decision_ - 1) % decisions_.size()].recorded);
+  call.record.algorithm(decisions_[last_decision_].recorded);
   return algorithm;
 }
 
@@ -187,7 +187,8 @@ const Collectives::Decision* Collectives::recall(std::string_view collective, St
 }
 
 const std::string& Collectives::remember(Decision decision) {
-  Decision& d = decisions_[next_decision_++ % decisions_.size()];
+  last_decision_ = next_decision_++ % decisions_.size();
+  Decision& d = decisions_[last_decision_];
   d = std::move(decision);
   d.recorded = FlightRecorder::stable_name(d.algorithm);
   return d.algorithm;

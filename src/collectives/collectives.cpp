@@ -29,13 +29,6 @@ Collectives::Collectives(p2p::Messenger& messenger)
             sink, {{"rank", std::to_string(messenger_.rank())}, {"comm", messenger_.name()}});
       }) {}
 
-std::size_t Collectives::record_bytes(std::size_t count, DataType type) {
-  std::size_t bytes = 0;  // no division: this runs at every call
-  return __builtin_mul_overflow(count, size_of(type), &bytes)
-             ? std::numeric_limits<std::size_t>::max()
-             : bytes;
-}
-
 Call Collectives::begin(const char* name, std::size_t bytes, int root) {
   const std::uint64_t seq = ++sequence_;
   recorder_.begin(seq, name, bytes, root);
@@ -66,15 +59,10 @@ void Collectives::bad_root(const Call& call, int root) const {
                   std::to_string(call.size) + ")");
 }
 
-std::size_t Collectives::checked_bytes(const Call& call, std::size_t count, DataType type) const {
-  const std::size_t esize = size_of(type);
-  if (esize == 0) usage(call, "unknown data type " + std::to_string(static_cast<int>(type)));
-  // count * esize * size must fit (the gathering kinds hold a block per rank).
-  std::size_t bytes = 0, all = 0;
-  if (__builtin_mul_overflow(count, esize, &bytes) ||
-      __builtin_mul_overflow(bytes, static_cast<std::size_t>(call.size), &all))
-    usage(call, "count " + std::to_string(count) + " overflows the buffer size");
-  return bytes;
+void Collectives::bad_count(const Call& call, std::size_t count, DataType type) const {
+  if (size_of(type) == 0)
+    usage(call, "unknown data type " + std::to_string(static_cast<int>(type)));
+  usage(call, "count " + std::to_string(count) + " overflows the buffer size");
 }
 
 Blocks Collectives::checked_blocks(const Call& call, std::span<const std::size_t> counts,
@@ -204,8 +192,8 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
     return;
   }
   // Every rank reaches the same decisions: they depend on the arguments and on agreed state.
-  const std::string& algo = choose(call, "allreduce", bytes, size_of(type),
-                                   allreduce_shared_slot_bytes(bytes, call.size), send == recv);
+  const std::string_view algo = choose(call, "allreduce", bytes, size_of(type),
+                                       allreduce_shared_slot_bytes(bytes, call.size), send == recv);
   if (algo == "shared") {
     run_guarded(call, [&] {
       allreduce_shared(call, shared_areas_, shared_calls_, send, recv, count, type, op);
@@ -244,7 +232,7 @@ void Collectives::broadcast(void* data, std::size_t count, DataType type, int ro
   check_buffer(call, data, bytes, "data");
   check_known(call);
   if (call.size == 1) return;
-  const std::string& algo = choose(call, "broadcast", bytes, size_of(type), bytes);
+  const std::string_view algo = choose(call, "broadcast", bytes, size_of(type), bytes);
   if (algo == "shared") {
     const std::uint64_t seq = ++shared_calls_;
     run_guarded(call, [&] { broadcast_shared(call, shared_areas_, seq, data, bytes, root); });
@@ -269,8 +257,8 @@ void Collectives::reduce(const void* send, void* recv, std::size_t count, DataTy
   check_buffer(call, send, bytes, "send");
   if (call.rank == root) check_buffer(call, recv, bytes, "receive");
   check_known(call);
-  const std::string algo =
-      call.size > 1 ? choose(call, "reduce", bytes, size_of(type), bytes) : std::string("binomial");
+  const std::string_view algo =
+      call.size > 1 ? choose(call, "reduce", bytes, size_of(type), bytes) : "binomial";
   if (algo == "shared") {
     const std::uint64_t seq = ++shared_calls_;
     run_guarded(
@@ -300,10 +288,10 @@ void Collectives::allgather(const void* send, void* recv, std::size_t count, Dat
   check_buffer(call, send, block, "send");
   check_buffer(call, recv, block, "receive");
   check_known(call);
-  const std::string algo =
+  const std::string_view algo =
       call.size > 1 ? choose(call, "allgather", block * static_cast<std::size_t>(call.size),
                              size_of(type), block)
-                    : std::string("ring");
+                    : "ring";
   if (algo == "shared") {
     const std::uint64_t seq = ++shared_calls_;
     run_guarded(call, [&] { allgather_shared(call, shared_areas_, seq, send, recv, block); });
@@ -351,9 +339,9 @@ void Collectives::reduce_scatter(const void* send, void* recv, std::size_t count
   check_buffer(call, recv, block, "receive");
   check_known(call);
   const std::size_t all = block * static_cast<std::size_t>(call.size);
-  const std::string algo = call.size > 1 && count > 0
-                               ? choose(call, "reduce_scatter", all, size_of(type), block)
-                               : std::string("ring");
+  const std::string_view algo = call.size > 1 && count > 0
+                                    ? choose(call, "reduce_scatter", all, size_of(type), block)
+                                    : "ring";
   if (algo == "direct") {
     run_guarded(call,
                 [&] { reduce_scatter_direct(call, peer_memories_, send, recv, count, type, op); });
@@ -426,10 +414,10 @@ void Collectives::alltoall(const void* send, void* recv, std::size_t count, Data
   check_buffer(call, recv, block, "receive");
   if (send == recv && block > 0) usage(call, "alltoall cannot run in place");
   check_known(call);
-  const std::string algo =
+  const std::string_view algo =
       call.size > 1 ? choose(call, "alltoall", block * static_cast<std::size_t>(call.size),
                              size_of(type), block)
-                    : std::string("pairwise");
+                    : "pairwise";
   if (algo == "bruck") {
     run_guarded(call, [&] { alltoall_bruck(call, send, recv, block); });
     return;

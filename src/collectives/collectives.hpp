@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -89,7 +90,12 @@ class Collectives {
   // A new call, recorded with this rank's `bytes` and the root (-1: none).
   Call begin(const char* name, std::size_t bytes = 0, int root = -1);
   // `count` elements of `type` in bytes, saturated (for the record: checked later).
-  static std::size_t record_bytes(std::size_t count, DataType type);
+  static std::size_t record_bytes(std::size_t count, DataType type) {
+    std::size_t bytes = 0;  // no division: this runs at every call
+    return __builtin_mul_overflow(count, size_of(type), &bytes)
+               ? std::numeric_limits<std::size_t>::max()
+               : bytes;
+  }
   [[noreturn]] void usage(const Call& call, const std::string& cause) const;
   // What ANVIEW_ALGO forces for `collective`, or empty.
   const std::string& forced_for(std::string_view collective) const;
@@ -112,8 +118,21 @@ class Collectives {
   // measuring the costs first when there is a choice. `bytes` as in candidates(); `per_rank`
   // what each rank contributes (the shared slots' limit applies to it). Valid until the next
   // call of choose(). `collective` is a string literal (its address identifies it).
-  const std::string& choose(const Call& call, std::string_view collective, std::size_t bytes,
-                            std::size_t element_bytes, std::size_t per_rank, bool in_place = false);
+  std::string_view choose(const Call& call, std::string_view collective, std::size_t bytes,
+                          std::size_t element_bytes, std::size_t per_rank, bool in_place = false) {
+    // The last pick again, when nothing it depends on can differ (programs repeat a call):
+    // decided inline, without the call below.
+    const Decision& d = decisions_[last_decision_];
+    if (d.name_seen == collective.data() && d.bytes == bytes && d.element_bytes == element_bytes &&
+        d.in_place == in_place && d.step == Step::whole && forced_.empty() && model_ &&
+        agreed_placement_.load(std::memory_order_acquire) >= 0) {
+      call.record.algorithm(d.recorded);
+      return d.algorithm;
+    }
+    return choose_anew(call, collective, bytes, element_bytes, per_rank, in_place);
+  }
+  const std::string& choose_anew(const Call& call, std::string_view collective, std::size_t bytes,
+                                 std::size_t element_bytes, std::size_t per_rank, bool in_place);
   // The flat algorithm of `collective` that a step of a hierarchical one runs: among the
   // hosts' leaders, or inside each host (the same for every rank: agreed topology and model).
   // Remembered like choose()'s picks, so a repeated call predicts nothing.
@@ -126,7 +145,16 @@ class Collectives {
     if (root < 0 || root >= call.size) bad_root(call, root);
   }
   [[noreturn]] void bad_root(const Call& call, int root) const;
-  std::size_t checked_bytes(const Call& call, std::size_t count, DataType type) const;
+  // count elements of type in bytes; a usage error for an unknown type or where count * its
+  // size * the ranks overflows (the gathering kinds hold a block per rank).
+  std::size_t checked_bytes(const Call& call, std::size_t count, DataType type) const {
+    std::size_t bytes = 0, all = 0;
+    if (size_of(type) == 0 || __builtin_mul_overflow(count, size_of(type), &bytes) ||
+        __builtin_mul_overflow(bytes, static_cast<std::size_t>(call.size), &all))
+      bad_count(call, count, type);
+    return bytes;
+  }
+  [[noreturn]] void bad_count(const Call& call, std::size_t count, DataType type) const;
   void check_buffer(const Call& call, const void* p, std::size_t bytes, const char* which) const {
     if (p == nullptr && bytes > 0) null_buffer(call, which);
   }
