@@ -26,8 +26,8 @@ void ProgressEngine::control(int op, int fd, std::uint32_t events, FdHandler* ha
   ev.events = events;
   ev.data.ptr = handler;
   if (::epoll_ctl(epoll_.get(), op, fd, &ev) != 0)
-    throw sys_error(ErrorKind::internal, {}, op == EPOLL_CTL_ADD ? "epoll_ctl(ADD)" : "epoll_ctl(MOD)",
-                    errno);
+    throw sys_error(ErrorKind::internal, {},
+                    op == EPOLL_CTL_ADD ? "epoll_ctl(ADD)" : "epoll_ctl(MOD)", errno);
 }
 
 void ProgressEngine::add_fd(int fd, std::uint32_t events, FdHandler* handler) {
@@ -43,18 +43,14 @@ void ProgressEngine::remove_fd(int fd) {
 }
 
 void ProgressEngine::add_poller(std::function<bool()> poller, std::function<bool()> has_work) {
-  pollers_.push_back(std::move(poller));
-  if (has_work) {
-    has_work_.push_back(std::move(has_work));
-  } else {
-    every_poller_has_hint_ = false;
-  }
+  if (!has_work) every_poller_has_hint_ = false;
+  pollers_.push_back({std::move(poller), std::move(has_work)});
 }
 
 bool ProgressEngine::pollers_may_have_work() const {
   if (!every_poller_has_hint_) return true;
-  for (const auto& hint : has_work_)
-    if (hint()) return true;
+  for (const auto& p : pollers_)
+    if (p.has_work()) return true;
   return false;
 }
 
@@ -69,9 +65,12 @@ void ProgressEngine::wakeup() {
   [[maybe_unused]] ssize_t n = ::write(wakeup_fd_.get(), &one, sizeof one);
 }
 
-bool ProgressEngine::run_pollers() {
+bool ProgressEngine::run_pollers(bool hinted_only) {
   bool busy = false;
-  for (auto& poller : pollers_) busy |= poller();
+  for (auto& p : pollers_) {
+    if (hinted_only && p.has_work && !p.has_work()) continue;
+    busy |= p.poll();
+  }
   return busy;
 }
 

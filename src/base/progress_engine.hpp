@@ -60,7 +60,10 @@ class ProgressEngine {
 
   // poll() in three steps, so an owner can sleep in wait_events() without holding its lock:
   // run_pollers() (true: work was done, do not sleep), wait_events(), dispatch_events().
-  bool run_pollers();
+  // `hinted_only`: skips the pollers whose has_work hint says no (a spinning owner's round
+  // after a hint said yes: a message that came over one transport does not wait for the
+  // others' pollers; the owner's periodic full rounds run every poller).
+  bool run_pollers(bool hinted_only = false);
   int wait_events(int timeout_ms);
   void dispatch_events(int count);
   // Makes a sleeping poll() return now (another thread queued work).
@@ -71,8 +74,11 @@ class ProgressEngine {
 
   Fd epoll_;
   Fd wakeup_fd_;
-  std::vector<std::function<bool()>> pollers_;
-  std::vector<std::function<bool()>> has_work_;
+  struct Poller {
+    std::function<bool()> poll;
+    std::function<bool()> has_work;  // empty: none given
+  };
+  std::vector<Poller> pollers_;
   bool every_poller_has_hint_ = true;
   std::vector<std::function<bool()>> before_sleep_;
   std::vector<std::function<void()>> after_wake_;

@@ -497,7 +497,9 @@ void Messenger::drive(int sleep_ms, bool polled) {
   {
     Lock lock(mu_);
     engine_.dispatch_events(n);
-    pollers_busy_ = engine_.run_pollers();
+    // A round a hint started runs the hinted pollers only; a round that checked the fds
+    // (every fd_check_every_ rounds, or before sleeping) runs them all.
+    pollers_busy_ = engine_.run_pollers(/*hinted_only=*/!check_fds);
     take_completed(completed);
   }
   run_callbacks(completed);

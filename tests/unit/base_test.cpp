@@ -206,6 +206,29 @@ TEST(ProgressEngine, DispatchesReadyFdsAndPollers) {
   engine.remove_fd(efd.get());
 }
 
+// A spinning owner's round after a hint said yes runs the pollers with work (and those
+// without a hint), not every transport's; a full round runs them all.
+TEST(ProgressEngine, AHintedRoundSkipsPollersWhoseHintSaysNo) {
+  ProgressEngine engine;
+  bool shm_has_work = false, tcp_has_work = false;
+  int shm = 0, tcp = 0, unhinted = 0;
+  engine.add_poller([&] { return ++shm > 0; }, [&] { return shm_has_work; });
+  engine.add_poller([&] { return ++tcp > 0; }, [&] { return tcp_has_work; });
+  engine.add_poller([&] { return ++unhinted < 0; });
+  shm_has_work = true;
+  EXPECT_TRUE(engine.run_pollers(/*hinted_only=*/true));
+  EXPECT_EQ(shm, 1);
+  EXPECT_EQ(tcp, 0);
+  EXPECT_EQ(unhinted, 1);
+  shm_has_work = false;
+  EXPECT_FALSE(engine.run_pollers(/*hinted_only=*/true));  // only the unhinted one ran
+  EXPECT_EQ(unhinted, 2);
+  EXPECT_TRUE(engine.run_pollers());
+  EXPECT_EQ(shm, 2);
+  EXPECT_EQ(tcp, 1);
+  EXPECT_EQ(unhinted, 3);
+}
+
 TEST(ProgressEngine, WakeupEndsASleepingPoll) {
   ProgressEngine engine;
   engine.wakeup();

@@ -66,6 +66,11 @@ class Connection {
   // The peer closed its end (after a failure of its own, or leaving) and everything it wrote
   // before has been read: the Error to fail the link with, naming the rank it lost if any.
   std::optional<Error> peer_closed_error() const;
+  // Whether the peer closed its end (its flag alone: the poller asks at every round).
+  bool peer_closed() const {
+    return in_control_ != nullptr &&
+           in_control_->producer_closed.load(std::memory_order_acquire) != 0;
+  }
   // Nothing left to read in the ring (whether or not reading is paused).
   bool drained() const { return !in_.has_data(); }
 

@@ -368,7 +368,7 @@ bool ShmTransport::poll() {
     if (conn->state() == Connection::State::up) worked |= conn->flush();
     // The peer gave up the link (after a failure of its own) and we read all it wrote.
     // (The flag first: it is read from a line that stays put, the ring from lines that move.)
-    if (conn->state() == Connection::State::up) {
+    if (conn->state() == Connection::State::up && conn->peer_closed()) {
       if (auto closed = conn->peer_closed_error(); closed && conn->drained())
         fail_link(conn->peer(), *closed);
     }
