@@ -242,27 +242,50 @@ class Slots {
     for (int i = 1; i < call_.size; ++i) {
       const int peer = mod(call_.rank + i, call_.size);
       std::uint64_t& seen = areas_.seen[static_cast<std::size_t>(peer)];
-      if (seen >= needed) continue;
-      if (const auto now = header(peer, needed)->seq.load(std::memory_order_acquire);
-          now >= needed) {
-        seen = std::max(seen, now);
-        continue;
-      }
-      // Behind: wait until the peer is half a ring further, not one call. A rank that spins on
-      // the line the peer writes next takes it from the peer at every publish; so it does once
-      // in header_ring / 2 calls. (The peer reaches it: it made those calls before this one.)
-      const std::uint64_t target = place_ == Place::slot ? needed : needed + header_ring / 2 - 1;
-      const SlotHeader& line = *header(peer, target);
-      const AreaHeader& theirs = area_header(area(peer));
-      wait_until(
-          peer,
-          [&] {
-            return line.seq.load(std::memory_order_acquire) >= target ||
-                   theirs.finished.load(std::memory_order_acquire) + 1 >= needed;
-          },
-          "did not finish the same-host collective before", "it is still reading the last call");
-      seen = std::max(seen, line.seq.load(std::memory_order_relaxed));
+      if (seen < needed) look(peer, needed);
     }
+  }
+
+  // claim()'s look at `peer`, which this rank has not seen publish `needed` (out of line: a
+  // call that waited for its peers never gets here).
+  [[gnu::noinline]] void look(int peer, std::uint64_t needed) {
+    std::uint64_t& seen = areas_.seen[static_cast<std::size_t>(peer)];
+    // A look takes a line the peer wrote: a blocking cross-core miss. It looks half a ring
+    // ahead first: a peer that got that far is then known done for the next header_ring / 2
+    // calls (two ranks in lockstep after a barrier: the root looked at every call). Where
+    // the peer had not, the next 8 looks go straight to `needed` (a root far ahead of its
+    // readers would otherwise miss twice per look).
+    std::uint8_t& skip = areas_.skip_ahead[static_cast<std::size_t>(peer)];
+    const std::uint64_t ahead = std::min(needed + header_ring / 2 - 1, seq_ - 1);
+    if (ahead == needed) {
+      // a payload slot's reuse: the line of `needed` is the only one to look at
+    } else if (skip == 0) {
+      if (const auto now = header(peer, ahead)->seq.load(std::memory_order_acquire); now >= ahead) {
+        seen = std::max(seen, now);
+        return;
+      }
+      skip = 8;
+    } else {
+      --skip;
+    }
+    if (const auto now = header(peer, needed)->seq.load(std::memory_order_acquire); now >= needed) {
+      seen = std::max(seen, now);
+      return;
+    }
+    // Behind: wait until the peer is half a ring further, not one call. A rank that spins on
+    // the line the peer writes next takes it from the peer at every publish; so it does once
+    // in header_ring / 2 calls. (The peer reaches it: it made those calls before this one.)
+    const std::uint64_t target = place_ == Place::slot ? needed : needed + header_ring / 2 - 1;
+    const SlotHeader& line = *header(peer, target);
+    const AreaHeader& theirs = area_header(area(peer));
+    wait_until(
+        peer,
+        [&] {
+          return line.seq.load(std::memory_order_acquire) >= target ||
+                 theirs.finished.load(std::memory_order_acquire) + 1 >= needed;
+        },
+        "did not finish the same-host collective before", "it is still reading the last call");
+    seen = std::max(seen, line.seq.load(std::memory_order_relaxed));
   }
 
   // True once `peer` published this call; raises a usage Error if it published another.

@@ -31,6 +31,8 @@ struct SharedAreas {
   bool crowded = false;            // more ranks than CPUs this process may run on
   // By rank: the last shared call this rank knows the peer published (its own bookkeeping).
   mutable std::vector<std::uint64_t> seen;
+  // By rank: looks to make before looking half a ring ahead again (see Slots::claim()).
+  mutable std::vector<std::uint8_t> skip_ahead;
 };
 
 // The largest payload a slot holds, and the area size two slots need. A larger allreduce
