@@ -61,11 +61,10 @@ std::vector<Collectives::Forced> Collectives::read_forced() {
   return forced;
 }
 
-const std::string& Collectives::forced_for(std::string_view collective) const {
-  static const std::string none;
+const Collectives::Forced* Collectives::forced_for(std::string_view collective) const {
   for (const auto& f : forced_)
-    if (f.collective == collective) return f.algorithm;
-  return none;
+    if (f.collective == collective) return f.algorithm.empty() ? nullptr : &f;
+  return nullptr;
 }
 
 void Collectives::check_forced_known(const Call& call) const {
@@ -136,12 +135,10 @@ const std::string& Collectives::choose_anew(const Call& call, std::string_view c
                                             std::size_t bytes, std::size_t element_bytes,
                                             std::size_t per_rank, bool in_place) {
   placement();
-  for (const Forced& f : forced_) {
-    if (f.collective != collective) continue;
-    if (f.algorithm.empty()) break;  // "broadcast=": the tuner's pick, as forced_for() says
-    check_runs(call, f.algorithm, per_rank);
-    call.record.algorithm(f.recorded);
-    return f.algorithm;
+  if (const Forced* f = forced_for(collective)) {
+    check_runs(call, f->algorithm, per_rank);
+    call.record.algorithm(f->recorded);
+    return f->algorithm;
   }
   if (model_) {  // measured: a pick depends on the arguments alone (this thread writes model_)
     if (const Decision* d = recall(collective, Step::whole, bytes, element_bytes, in_place)) {
@@ -172,8 +169,7 @@ const Collectives::Decision* Collectives::recall(std::string_view collective, St
   // The numbers first: "allreduce" and "broadcast" have the same length, so telling them apart
   // by name takes a memcmp. The last pick first: programs repeat a call.
   const auto same = [&](const Decision& d) {
-    return d.bytes == bytes && d.element_bytes == element_bytes && d.step == step &&
-           d.in_place == in_place &&
+    return d.same_numbers(step, bytes, element_bytes, in_place) &&
            (d.name_seen == collective.data() || d.collective == collective);
   };
   if (same(decisions_[last_decision_])) return &decisions_[last_decision_];
@@ -212,9 +208,9 @@ const std::string& Collectives::step_algorithm(std::string_view collective, std:
 
 std::string Collectives::pick(std::string_view collective, std::size_t bytes,
                               std::size_t element_bytes, bool in_place, std::string* why) const {
-  if (const std::string& forced = forced_for(collective); !forced.empty()) {
+  if (const Forced* f = forced_for(collective)) {
     if (why) *why = "forced by ANVIEW_ALGO";
-    return forced;
+    return f->algorithm;
   }
   const CostModel model = current_model();
   const auto list = candidates(collective, bytes, topology(element_bytes, in_place), model);
@@ -241,7 +237,8 @@ std::string Collectives::explain(std::string_view collective, std::size_t bytes)
   const Topology t = topology(4);
   const auto list = candidates(collective, bytes, t, model);
   const int best = cheapest(list);
-  const std::string& forced = forced_for(collective);
+  const Forced* f = forced_for(collective);
+  const std::string forced = f != nullptr ? f->algorithm : std::string();
   std::string text = std::string(collective) + " of " + std::to_string(bytes) +
                      " bytes (float32) on " + std::to_string(n) + " rank" + (n == 1 ? "" : "s") +
                      ": ";

@@ -97,8 +97,10 @@ class Collectives {
                : bytes;
   }
   [[noreturn]] void usage(const Call& call, const std::string& cause) const;
-  // What ANVIEW_ALGO forces for `collective`, or empty.
-  const std::string& forced_for(std::string_view collective) const;
+  struct Forced;
+  // What ANVIEW_ALGO forces for `collective` (its first item for it), or null: none, or an
+  // empty algorithm ("broadcast=": the tuner's pick).
+  const Forced* forced_for(std::string_view collective) const;
   // A usage error when ANVIEW_ALGO forces an algorithm the call's collective does not have.
   // (The checks run at every call: inline where they pass, out of line where they fail.)
   void check_known(const Call& call) const {
@@ -123,8 +125,8 @@ class Collectives {
     // The last pick again, when nothing it depends on can differ (programs repeat a call):
     // decided inline, without the call below.
     const Decision& d = decisions_[last_decision_];
-    if (d.name_seen == collective.data() && d.bytes == bytes && d.element_bytes == element_bytes &&
-        d.in_place == in_place && d.step == Step::whole && forced_.empty() && model_ &&
+    if (d.name_seen == collective.data() &&
+        d.same_numbers(Step::whole, bytes, element_bytes, in_place) && forced_.empty() && model_ &&
         agreed_placement_.load(std::memory_order_acquire) >= 0) {
       call.record.algorithm(d.recorded);
       return d.algorithm;
@@ -217,6 +219,10 @@ class Collectives {
     bool in_place = false;
     std::string algorithm;
     const char* recorded = nullptr;  // `algorithm` as the flight recorder takes it
+
+    bool same_numbers(Step s, std::size_t b, std::size_t e, bool p) const {
+      return bytes == b && element_bytes == e && step == s && in_place == p;
+    }
   };
   // The remembered pick for a call that looks like this one, or null.
   const Decision* recall(std::string_view collective, Step step, std::size_t bytes,

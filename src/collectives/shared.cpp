@@ -257,15 +257,13 @@ class Slots {
     // readers would otherwise miss twice per look).
     std::uint8_t& skip = areas_.skip_ahead[static_cast<std::size_t>(peer)];
     const std::uint64_t ahead = std::min(needed + header_ring / 2 - 1, seq_ - 1);
-    if (ahead == needed) {
-      // a payload slot's reuse: the line of `needed` is the only one to look at
-    } else if (skip == 0) {
+    if (ahead > needed && skip == 0) {  // (a payload slot's reuse has the one line to look at)
       if (const auto now = header(peer, ahead)->seq.load(std::memory_order_acquire); now >= ahead) {
         seen = std::max(seen, now);
         return;
       }
       skip = 8;
-    } else {
+    } else if (ahead > needed) {
       --skip;
     }
     if (const auto now = header(peer, needed)->seq.load(std::memory_order_acquire); now >= needed) {
