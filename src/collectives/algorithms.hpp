@@ -70,7 +70,7 @@ void run_guarded(Call& call, Algorithm&& algorithm) {
   } catch (const Error& e) {
     call.record.failed(e.what());
     for (auto& r : call.posted)
-      if (!r->done.load(std::memory_order_acquire)) call.messenger.abandon(*r, e);
+      if (!r->done.load(std::memory_order_acquire)) call.messenger.abandon(r, e);
     throw;
   }
 }

@@ -31,7 +31,7 @@ void wait(Call& call, const RequestPtr& request) {
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::timeout) rethrow(call, e);
       if (auto failure = call.messenger.first_peer_failure()) {
-        call.messenger.abandon(*request, *failure);
+        call.messenger.abandon(request, *failure);
         rethrow(call, *failure);
       }
       if (base::Clock::now() < deadline) {
@@ -45,7 +45,7 @@ void wait(Call& call, const RequestPtr& request) {
            .operation = call.operation(),
            .cause = "a step was not complete after " + std::to_string(call.timeout.count()) +
                     " ms: " + call.messenger.describe_request(*request)});
-      call.messenger.abandon(*request, timeout);
+      call.messenger.abandon(request, timeout);
       throw timeout;
     }
   }

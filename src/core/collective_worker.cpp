@@ -53,7 +53,7 @@ bool CollectiveWorker::run_here(const p2p::RequestImpl* request) {
   }
   if (wake) q.cv.notify_all();  // else the thread sleeps on: waking it for nothing costs a core
   // The request holds the messenger: it outlives this call even when the worker is gone.
-  messenger.finish_external(*job.request, std::move(error), job.bytes);
+  messenger.finish_external(job.request, std::move(error), job.bytes);
   return true;
 }
 
@@ -92,7 +92,7 @@ void CollectiveWorker::loop() {
     }
     // Completed with the queue free: a waiter may start the next collective while this one's
     // callbacks (user code: a torch future's, say) still run here.
-    messenger_.finish_external(*job.request, std::move(error), job.bytes);
+    messenger_.finish_external(job.request, std::move(error), job.bytes);
   }
   // Closing: what never ran fails, so nobody waits for it forever.
   std::deque<Job> left;
@@ -102,7 +102,7 @@ void CollectiveWorker::loop() {
   }
   for (auto& job : left) {
     messenger_.finish_external(
-        *job.request,
+        job.request,
         Error(ErrorKind::usage, {.rank = messenger_.rank(),
                                  .operation = job.request->operation,
                                  .cause = "the communicator was closed before the collective ran"}),

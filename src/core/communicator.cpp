@@ -215,10 +215,10 @@ Request Communicator::irecv(void* data, std::size_t capacity, int source, Tag ta
 
 namespace {
 
-Status wait_or_abandon(p2p::Messenger& messenger, detail::RequestImpl& impl,
+Status wait_or_abandon(p2p::Messenger& messenger, const p2p::RequestPtr& impl,
                        std::optional<std::chrono::milliseconds> timeout) {
   try {
-    return messenger.wait(impl, timeout.value_or(messenger.default_timeout()));
+    return messenger.wait(*impl, timeout.value_or(messenger.default_timeout()));
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::timeout) messenger.abandon(impl, e);
     detail::CommunicatorImpl::dump_after(e);
@@ -232,14 +232,14 @@ void Communicator::send(const void* data, std::size_t bytes, int peer, Tag tag,
                         std::optional<std::chrono::milliseconds> timeout) {
   if (impl_->messenger().send_now(data, bytes, peer, tag)) return;  // small, and the link had room
   auto impl = impl_->messenger().isend(data, bytes, peer, tag, p2p::Messenger::Poster::blocking);
-  wait_or_abandon(impl_->messenger(), *impl, timeout);
+  wait_or_abandon(impl_->messenger(), impl, timeout);
 }
 
 Status Communicator::recv(void* data, std::size_t capacity, int source, Tag tag,
                           std::optional<std::chrono::milliseconds> timeout) {
   auto impl =
       impl_->messenger().irecv(data, capacity, source, tag, p2p::Messenger::Poster::blocking);
-  return wait_or_abandon(impl_->messenger(), *impl, timeout);
+  return wait_or_abandon(impl_->messenger(), impl, timeout);
 }
 
 std::string Communicator::dump_state() const {

@@ -26,7 +26,7 @@ Status Request::wait(std::optional<std::chrono::milliseconds> timeout) {
 
 bool Request::cancel() {
   auto& r = checked(impl_, "cancel");
-  return r.owner->cancel(r);
+  return r.owner->cancel(impl_);
 }
 
 bool Request::done() const {
@@ -53,9 +53,8 @@ void Request::on_complete(Callback callback) {
 
 bool Request::Awaiter::await_suspend(std::coroutine_handle<> handle) {
   auto& r = checked(request->impl_, "co_await");
-  return r.owner->on_complete_if_pending(r, [handle](const Status&, const Error*) {
-    handle.resume();
-  });
+  return r.owner->on_complete_if_pending(
+      r, [handle](const Status&, const Error*) { handle.resume(); });
 }
 
 Status Request::Awaiter::await_resume() const {

@@ -226,9 +226,9 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
     Lock lock(mu_);
     PeerState& ps = peers_[static_cast<std::size_t>(peer)];
     if (closed_) {
-      complete(*req, request_error(*req, ErrorKind::usage, "the communicator is closed"));
+      complete(req, request_error(*req, ErrorKind::usage, "the communicator is closed"));
     } else if (ps.failure) {
-      complete(*req, ps.failure->for_operation("send", to_underlying(tag)));
+      complete(req, ps.failure->for_operation("send", to_underlying(tag)));
     } else if (bytes <= eager_bytes_ && ps.transport != nullptr &&
                ps.transport->try_send_now(peer, eager_header(bytes, tag), data)) {
       req->phase = RequestImpl::Phase::complete;  // handed over: complete before anyone saw it
@@ -241,8 +241,10 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
       req->keep_alive = req;
       RequestImpl* r = req.get();
       send_frame(peer, h, data, transport::Ordering::ordered, [this, r](const Error* e) {
-        complete(*r, e ? std::optional<Error>(e->for_operation("send", to_underlying(r->tag)))
-                       : std::nullopt);
+        complete(*r,
+                 e ? std::optional<Error>(e->for_operation("send", to_underlying(r->tag)))
+                   : std::nullopt,
+                 nullptr);  // keep_alive holds it
       });
     } else {
       req->id = next_id_++;
@@ -282,15 +284,15 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
     Lock lock(mu_);
     const auto found = closed_ ? std::nullopt : unexpected_.find(source, tag);
     if (closed_) {
-      complete(*req, request_error(*req, ErrorKind::usage, "the communicator is closed"));
+      complete(req, request_error(*req, ErrorKind::usage, "the communicator is closed"));
     } else if (found) {
       match_unexpected(req, *found);
     } else if (source != any_source && peers_[static_cast<std::size_t>(source)].failure) {
-      complete(*req, peers_[static_cast<std::size_t>(source)].failure->for_operation(
-                         "recv", to_underlying(tag)));
+      complete(req, peers_[static_cast<std::size_t>(source)].failure->for_operation(
+                        "recv", to_underlying(tag)));
     } else if (source == any_source && all_remote_peers_failed()) {
-      complete(*req, request_error(*req, ErrorKind::peer_lost,
-                                   "every other rank of the communicator is lost"));
+      complete(req, request_error(*req, ErrorKind::peer_lost,
+                                  "every other rank of the communicator is lost"));
     } else {
       posted_.push(req);
     }
@@ -324,12 +326,14 @@ void Messenger::send_frame(int peer, const transport::FrameHeader& header, const
 
 void Messenger::complete(RequestPtr request, std::optional<Error> error) {
   RequestImpl& r = *request;
-  complete(r, std::move(error), std::move(request));  // the caller's reference: no shared_from_this
+  complete(r, std::move(error), std::move(request));
 }
 
 void Messenger::complete(RequestImpl& request, std::optional<Error> error, RequestPtr ref) {
   // A reference goes to completed_ and is dropped only after the lock is released (it may be
-  // the last one, e.g. keep_alive): keep_alive if set, else the caller's, else a new one.
+  // the last one, e.g. keep_alive): keep_alive if set, else the caller's. Every caller passes
+  // one or set keep_alive: a request has no shared_from_this (its weak self-reference cost
+  // three atomic operations per request, and kept its last release off the fast path).
   if (request.keep_alive) ref = std::move(request.keep_alive);
   if (request.phase == RequestImpl::Phase::complete) {
     if (ref) completed_.push_back(std::move(ref));
@@ -342,7 +346,15 @@ void Messenger::complete(RequestImpl& request, std::optional<Error> error, Reque
     if (trace_ != nullptr) trace_transfer(request);
   }
   request.done.store(true, std::memory_order_release);
-  completed_.push_back(ref ? std::move(ref) : request.shared_from_this());
+  // A blocking call's request (no owner, so no callback and no Messenger reference) needs no
+  // work after the lock: its reference is dropped right here, even where it is the last one
+  // (the waiter gave up), unless a thread sleeps on cv_ and must be woken (sleepers_ grows
+  // under mu_ only: a later sleeper sees done first). This keeps a message that completes
+  // a blocking recv off completed_, Completions and run_callbacks.
+  if (request.owner == nullptr && !request.callback &&
+      sleepers_.load(std::memory_order_seq_cst) == 0)
+    return;
+  completed_.push_back(std::move(ref));
 }
 
 void Messenger::count(const RequestImpl& request) {
@@ -493,16 +505,16 @@ void Messenger::drive(int sleep_ms, bool polled) {
   // nothing to do, so the lock round is skipped: a waiter spins on a few atomics only.
   if (!check_fds && !engine_.pollers_may_have_work()) return;
   const int n = check_fds ? engine_.wait_events(timeout) : 0;
-  Completions completed;
+  std::optional<Completions> completed;  // most rounds complete nothing or blocking calls only
   {
     Lock lock(mu_);
     engine_.dispatch_events(n);
     // A round a hint started runs the hinted pollers only; a round that checked the fds
     // (every fd_check_every_ rounds, or before sleeping) runs them all.
     pollers_busy_ = engine_.run_pollers(/*hinted_only=*/!check_fds);
-    take_completed(completed);
+    if (!completed_.empty()) take_completed(completed.emplace());
   }
-  run_callbacks(completed);
+  if (completed) run_callbacks(*completed);
 }
 
 bool Messenger::test(RequestImpl& request) {
@@ -674,12 +686,12 @@ RequestPtr Messenger::external_request(std::string operation) {
   return req;
 }
 
-void Messenger::finish_external(RequestImpl& request, std::optional<Error> error,
+void Messenger::finish_external(const RequestPtr& request, std::optional<Error> error,
                                 std::size_t bytes) {
   Completions completed;
   {
     Lock lock(mu_);
-    request.status.bytes = bytes;
+    request->status.bytes = bytes;
     complete(request, std::move(error));
     take_completed(completed);
   }
@@ -762,14 +774,15 @@ std::string Messenger::describe_wait(const RequestImpl& r) const {
   return "queued behind other data: " + peer + " is not reading fast enough";
 }
 
-bool Messenger::cancel(RequestImpl& request) {
+bool Messenger::cancel(const RequestPtr& ref) {
+  RequestImpl& request = *ref;
   Completions completed;
   bool cancelled = false;
   {
     Lock lock(mu_);
     if (request.kind == RequestImpl::Kind::recv && request.phase == RequestImpl::Phase::posted) {
       if (posted_.remove(request)) {
-        complete(request, request_error(request, ErrorKind::usage, "cancelled"));
+        complete(request, request_error(request, ErrorKind::usage, "cancelled"), ref);
         cancelled = true;
       }
     }
@@ -779,8 +792,9 @@ bool Messenger::cancel(RequestImpl& request) {
   return cancelled;
 }
 
-void Messenger::abandon(RequestImpl& request, const Error& error) {
-  if (cancel(request)) return;
+void Messenger::abandon(const RequestPtr& ref, const Error& error) {
+  if (cancel(ref)) return;
+  RequestImpl& request = *ref;
   Completions completed;
   {
     Lock lock(mu_);
@@ -791,7 +805,7 @@ void Messenger::abandon(RequestImpl& request, const Error& error) {
                 " because the operation is partly transferred");
       peers_[static_cast<std::size_t>(peer)].transport->fail_peer(peer, error);
     }
-    complete(request, error);
+    complete(request, error, ref);
     take_completed(completed);
   }
   run_callbacks(completed);
@@ -809,7 +823,7 @@ void Messenger::shutdown() {
     for (auto& t : transports_) t->shutdown(deadline);
     self_->shutdown(deadline);
     auto fail = [&](const RequestPtr& r) {
-      complete(*r, request_error(*r, ErrorKind::usage, "the communicator was closed"));
+      complete(r, request_error(*r, ErrorKind::usage, "the communicator was closed"));
     };
     for (auto& r : posted_.take_all()) fail(r);
     for (auto& [id, r] : sends_) fail(r);

@@ -103,15 +103,15 @@ class Messenger final : public transport::FrameSink,
   // run by a worker thread; `operation` ("allreduce #3") names it in errors and waits.
   RequestPtr external_request(std::string operation);
   // Completes it (once) with `bytes` in its status, or with `error`; wakes its waiters.
-  void finish_external(RequestImpl& request, std::optional<Error> error, std::size_t bytes);
+  void finish_external(const RequestPtr& request, std::optional<Error> error, std::size_t bytes);
 
   bool test(RequestImpl& request);
   // Raises Error(timeout) at the deadline (the request stays pending), or the request's Error.
   Status wait(RequestImpl& request, std::chrono::milliseconds timeout);
-  bool cancel(RequestImpl& request);
+  bool cancel(const RequestPtr& request);
   // Gives up on a request a blocking call timed out on: cancels it if it has not started,
   // else closes the link to its peer with `error` (its buffer would still be in use).
-  void abandon(RequestImpl& request, const Error& error);
+  void abandon(const RequestPtr& request, const Error& error);
   void on_complete(RequestImpl& request, Request::Callback callback);
   // Registers the callback only if the request is still pending; false when it is complete.
   bool on_complete_if_pending(RequestImpl& request, Request::Callback callback);
@@ -239,7 +239,7 @@ class Messenger final : public transport::FrameSink,
   using Lock = std::unique_lock<std::mutex>;
 
   // All below: mu_ held.
-  void complete(RequestImpl& request, std::optional<Error> error, RequestPtr ref = nullptr);
+  void complete(RequestImpl& request, std::optional<Error> error, RequestPtr ref);
   void complete(RequestPtr request, std::optional<Error> error);
   void take_completed(Completions& out);
   // Without mu_: wakes sleeping waiters if needed, runs the callbacks.

@@ -49,8 +49,8 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
         recv->status = Status{peer, Tag{h.tag}, h.payload_bytes};
         recv->expected = h.payload_bytes;
         if (h.payload_bytes > recv->capacity) {
-          complete(*recv, request_error(*recv, ErrorKind::usage,
-                                        truncation_cause(h.payload_bytes, peer, recv->capacity)));
+          complete(recv, request_error(*recv, ErrorKind::usage,
+                                       truncation_cause(h.payload_bytes, peer, recv->capacity)));
           return {};  // the transport consumes and drops the payload
         }
         recv->phase = RequestImpl::Phase::matched;
@@ -106,7 +106,7 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
       RequestPtr send = std::move(it->second);
       sends_.erase(it);
       if (h.flags & cts_reject) {
-        complete(*send,
+        complete(send,
                  request_error(*send, ErrorKind::usage,
                                "rank " + std::to_string(peer) + " posted a receive buffer of " +
                                    std::to_string(h.arg) + " bytes for this " +
@@ -200,12 +200,12 @@ void Messenger::match_unexpected(const RequestPtr& recv, UnexpectedQueue::Iterat
   recv->status = Status{source, Tag{it->tag}, bytes};
   recv->expected = bytes;
   if (bytes > recv->capacity) {
-    complete(*recv, request_error(*recv, ErrorKind::usage,
-                                  truncation_cause(bytes, source, recv->capacity)));
+    complete(recv, request_error(*recv, ErrorKind::usage,
+                                 truncation_cause(bytes, source, recv->capacity)));
   } else {
     if (bytes > 0) std::memcpy(recv->recv_data, it->data.get(), bytes);
     recv->received = bytes;
-    complete(*recv, std::nullopt);
+    complete(recv, std::nullopt);
   }
   unexpected_.erase(it);
   release_unexpected(source, bytes);
@@ -231,8 +231,8 @@ void Messenger::start_rendezvous_receive(const RequestPtr& recv, int source, std
     cts.flags = cts_reject;
     cts.arg = recv->capacity;
     send_frame(source, cts, nullptr, transport::Ordering::ordered, nullptr);
-    complete(*recv, request_error(*recv, ErrorKind::usage,
-                                  truncation_cause(bytes, source, recv->capacity)));
+    complete(recv, request_error(*recv, ErrorKind::usage,
+                                 truncation_cause(bytes, source, recv->capacity)));
     return;
   }
   recv->id = next_id_++;
@@ -257,9 +257,9 @@ void Messenger::send_data(const RequestPtr& send, std::uint64_t receiver_id) {
                [this, send](const Error* e) {
                  if (send->phase == RequestImpl::Phase::complete) return;
                  if (e) {
-                   complete(*send, e->for_operation("send", to_underlying(send->tag)));
+                   complete(send, e->for_operation("send", to_underlying(send->tag)));
                  } else if (--send->chunks_pending == 0) {
-                   complete(*send, std::nullopt);
+                   complete(send, std::nullopt);
                  }
                });
     if (send->phase == RequestImpl::Phase::complete) return;
@@ -272,8 +272,8 @@ void Messenger::on_peer_failed(int peer, const Error& error, bool left) {
   ps.failure = error;
   ps.left = left;
   auto fail = [&](const RequestPtr& r) {
-    complete(*r, error.for_operation(r->kind == RequestImpl::Kind::send ? "send" : "recv",
-                                     to_underlying(r->tag)));
+    complete(r, error.for_operation(r->kind == RequestImpl::Kind::send ? "send" : "recv",
+                                    to_underlying(r->tag)));
   };
   if (ps.eager_target) fail(ps.eager_target);
   ps.eager_target.reset();

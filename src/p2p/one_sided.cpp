@@ -228,7 +228,7 @@ RequestPtr Messenger::issue_rma(const RequestPtr& op, const RemoteKey& key, std:
   auto finish_now = [&](std::optional<Error> error) {
     auto& failure = peers_[static_cast<std::size_t>(peer)].rma_failure;
     if (error && !failure) failure = error;
-    complete(*op, std::move(error));
+    complete(op, std::move(error));
   };
   {
     Lock lock(mu_);
@@ -587,7 +587,7 @@ RequestPtr Messenger::flush(int peer) {
       ps.flushes.push_back(f);
       ++f->peers_left;
     }
-    if (f->peers_left == 0) complete(*req, std::move(f->error));
+    if (f->peers_left == 0) complete(req, std::move(f->error));
     take_completed(completed);
   }
   run_callbacks(completed);

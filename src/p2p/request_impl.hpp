@@ -20,7 +20,7 @@ class Messenger;
 
 namespace anview::detail {
 
-class RequestImpl : public std::enable_shared_from_this<RequestImpl> {
+class RequestImpl {
  public:
   // external: completed by a layer above p2p (a collective on its worker thread), never by a
   // transport; `peer` is -1 and `operation` names it.

@@ -1,10 +1,12 @@
 // Point-to-point semantics, thread-per-rank over real TCP sockets on loopback.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <coroutine>
 #include <cstdlib>
 #include <set>
+#include <thread>
 
 #include "support/thread_ranks.hpp"
 
@@ -209,6 +211,37 @@ TEST(P2pSemantics, RequestWaitTimeoutLeavesTheRequestPending) {
       value = 1234;
       comm.send(&value, sizeof value, 0, Tag{9});
     }
+  });
+}
+
+// Several threads of one rank block in recv and send at once: one drives progress, the others
+// sleep until it completes their request (a blocking call's request is completed and released
+// by whichever thread drives). Each message carries its thread's number: nothing is lost or
+// crossed, however many rounds the threads run.
+TEST(P2pSemantics, BlockingCallsOnSeveralThreadsOfOneRankEachGetTheirMessage) {
+  constexpr int threads = 4, rounds = 300;
+  run_ranks(2, [](Communicator& comm) {
+    const int peer = 1 - comm.rank();
+    std::vector<std::thread> pool;
+    std::atomic<int> wrong{0};
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const Tag tag{static_cast<std::uint64_t>(100 + t)};
+        for (int i = 0; i < rounds; ++i) {
+          int out = t * 100000 + i, in = -1;
+          if (comm.rank() == 0) {
+            comm.send(&out, sizeof out, peer, tag, 10s);
+            comm.recv(&in, sizeof in, peer, tag, 10s);
+          } else {
+            comm.recv(&in, sizeof in, peer, tag, 10s);
+            comm.send(&out, sizeof out, peer, tag, 10s);
+          }
+          if (in != out) ++wrong;
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    EXPECT_EQ(wrong.load(), 0);
   });
 }
 
