@@ -8,60 +8,27 @@
 #include "collectives/steps.hpp"
 
 namespace anview::collectives {
-namespace {
 
-using p2p::RequestPtr;
-
-// Sends `scount` elements to `to` while receiving `rcount` from `from` and reducing them into
-// `target`, cut into chunks of `chunk_bytes`: the reduction of one chunk overlaps the transfer
-// of the next. Both sides cut the same message the same way (the sender's segment is the
-// receiver's), so chunks match one to one. Every receive is posted before any send, so no
-// chunk arrives unexpected (an unexpected chunk costs an allocation and a second copy).
-void exchange_reduce(Call& call, const char* source, std::size_t scount, int to, char* target,
-                     std::size_t rcount, int from, DataType type, ReduceOp op,
-                     std::size_t chunk_bytes) {
-  const std::size_t esize = size_of(type);
-  const std::size_t per_chunk = std::max<std::size_t>(chunk_bytes / esize, 1);
-  const std::size_t rchunks = (rcount + per_chunk - 1) / per_chunk;
-  const std::size_t schunks = (scount + per_chunk - 1) / per_chunk;
-  char* incoming = call.scratch_bytes(rcount * esize);
-  auto chunk_count = [&](std::size_t total, std::size_t k) {
-    return std::min(per_chunk, total - k * per_chunk);
-  };
-  std::vector<RequestPtr> recvs(rchunks);
-  for (std::size_t k = 0; k < rchunks; ++k) {
-    recvs[k] =
-        post_recv(call, incoming + k * per_chunk * esize, chunk_count(rcount, k) * esize, from);
-  }
-  std::vector<RequestPtr> sends;
-  sends.reserve(schunks);
-  for (std::size_t k = 0; k < schunks; ++k)
-    sends.push_back(
-        post_send(call, source + k * per_chunk * esize, chunk_count(scount, k) * esize, to));
-  for (std::size_t k = 0; k < rchunks; ++k) {
-    const std::size_t n = chunk_count(rcount, k);
-    wait(call, recvs[k]);
-    check_size(call, recvs[k], n * esize, from);
-    reduce_into(target + k * per_chunk * esize, incoming + k * per_chunk * esize, n, type, op);
-  }
-  for (auto& r : sends) wait(call, r);
-}
-
-}  // namespace
-
-void allreduce_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op) {
+void allreduce_ring(Call& call, const void* send, void* recv, std::size_t count, DataType type,
+                    ReduceOp op) {
   const int n = call.size;
   const int r = call.rank;
   const std::size_t esize = size_of(type);
-  auto* bytes = static_cast<char*>(data);
+  const auto* own = static_cast<const char*>(send);
+  auto* bytes = static_cast<char*>(recv);
   const int right = mod(r + 1, n);
   const int left = mod(r - 1, n);
-  // Reduce-scatter: after n-1 steps this rank holds the full reduction of segment r.
+  // Reduce-scatter: after n-1 steps this rank holds the full reduction of segment r. Each step
+  // reduces a segment this rank has not touched yet, from its own contribution (`own`, the
+  // send buffer) into `recv`; the first step sends a segment straight from `own`, the later
+  // ones the segment the step before reduced. So `recv` needs no copy of `send` first: every
+  // segment of it is written, by this reduce-scatter or by the allgather below.
   for (int s = 0; s < n - 1; ++s) {
     const Segment out = segment(count, n, mod(r - s - 1, n));
     const Segment in = segment(count, n, mod(r - s - 2, n));
-    exchange_reduce(call, bytes + out.offset * esize, out.count, right, bytes + in.offset * esize,
-                    in.count, left, type, op, call.chunk_bytes);
+    const char* from = s == 0 ? own : bytes;
+    exchange_reduce(call, from + out.offset * esize, out.count, right, own + in.offset * esize,
+                    bytes + in.offset * esize, in.count, left, type, op, call.chunk_bytes);
   }
   // Allgather: pass the reduced segments around the ring.
   for (int s = 0; s < n - 1; ++s) {
@@ -76,7 +43,7 @@ void allreduce_recursive_doubling(Call& call, void* data, std::size_t count, Dat
                                   ReduceOp op) {
   const std::size_t bytes = count * size_of(type);
   char* incoming = call.scratch_bytes(bytes);
-  const PowerOfTwo p = fold_to_power_of_two(call, data, count, type, op, incoming);
+  const PowerOfTwo p = fold_to_power_of_two(call, data, data, count, type, op, incoming);
   if (p.vrank >= 0) {
     for (int mask = 1; mask < p.pof2; mask <<= 1) {
       const int partner = p.rank(p.vrank ^ mask);
@@ -151,8 +118,8 @@ void reduce_scatter_ring(Call& call, void* data, std::size_t count, DataType typ
   for (int s = 0; s < n - 1; ++s) {
     const auto out = static_cast<std::size_t>(mod(r - s - 1, n));
     const auto in = static_cast<std::size_t>(mod(r - s - 2, n));
-    exchange_reduce(call, bytes + out * block, count, mod(r + 1, n), bytes + in * block, count,
-                    mod(r - 1, n), type, op, call.chunk_bytes);
+    exchange_reduce(call, bytes + out * block, count, mod(r + 1, n), bytes + in * block,
+                    bytes + in * block, count, mod(r - 1, n), type, op, call.chunk_bytes);
   }
 }
 

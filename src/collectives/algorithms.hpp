@@ -91,7 +91,10 @@ struct Blocks {
 };
 
 // Algorithms. `data` holds `count` elements of `type`; in place unless noted.
-void allreduce_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op);
+// Out of place (`send` is this rank's contribution, `recv` gets the result) or in place
+// (send == recv); neither copies the whole buffer first.
+void allreduce_ring(Call& call, const void* send, void* recv, std::size_t count, DataType type,
+                    ReduceOp op);
 void allreduce_recursive_doubling(Call& call, void* data, std::size_t count, DataType type,
                                   ReduceOp op);
 void broadcast_binomial(Call& call, void* data, std::size_t bytes, int root);
@@ -118,7 +121,9 @@ void scatter_linear(Call& call, const void* send, const Blocks& sblocks, void* r
                     std::size_t recv_bytes, int root);
 void barrier_dissemination(Call& call);
 // Reduce-scatter by recursive halving, then allgather by recursive doubling (Rabenseifner).
-void allreduce_rabenseifner(Call& call, void* data, std::size_t count, DataType type, ReduceOp op);
+// Out of place or in place, like allreduce_ring.
+void allreduce_rabenseifner(Call& call, const void* send, void* recv, std::size_t count,
+                            DataType type, ReduceOp op);
 // Pipelined down the chain root, root+1, ..., root-1 in chunks of call.chunk_bytes.
 void broadcast_chain(Call& call, void* data, std::size_t bytes, int root);
 // `data` holds every rank's `block` bytes at rank * block; this rank's is in place on entry.

@@ -105,6 +105,7 @@ Topology Collectives::topology(std::size_t element_bytes, bool in_place) const {
           .shared_limit = shared_slot_payload,
           .shared_whole = shared_whole_bytes,
           .chunk_bytes = chunk_bytes_,
+          .eager_bytes = messenger_.eager_bytes(),
           .element_bytes = element_bytes,
           .in_place = in_place};
 }

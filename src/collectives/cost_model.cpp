@@ -22,7 +22,10 @@ int floor_pow2(int n) {
 // The cost terms of one model, in microseconds.
 struct Terms {
   const CostModel& m;
-  double send(double bytes) const { return m.alpha_us + bytes / m.link_bpus; }
+  double eager_bytes;
+  // The latency of one message: a rendezvous-sized one waits for a handshake first.
+  double alpha(double bytes) const { return bytes > eager_bytes ? 3 * m.alpha_us : m.alpha_us; }
+  double send(double bytes) const { return alpha(bytes) + bytes / m.link_bpus; }
   double reduce(double bytes) const { return crowded(bytes / m.reduce_bpus); }
   double copy(double bytes) const { return crowded(bytes / m.copy_bpus); }
   // Reading (or writing) `bytes` of a same-host peer's memory as the direct algorithms do, a
@@ -116,7 +119,7 @@ Candidate hierarchical(std::string_view collective, const Topology& t, const Cos
 Candidate hierarchical_allreduce(const Topology& t, const Terms& c, std::size_t bytes) {
   if (const auto why = hierarchical_refusal(t); !why.empty()) return refused("hierarchical", why);
   const double n = static_cast<double>(bytes);
-  const Terms inside{within_host(c.m)};
+  const Terms inside{within_host(c.m), c.eager_bytes};
   const int steps = ceil_log2(t.largest_host);  // binomial reduce, then binomial broadcast
   const double within = steps * (inside.send(n) + inside.reduce(n)) + steps * inside.send(n);
   const double between = flat_step("allreduce", t, c.m, bytes, t.hosts, false).predicted_us;
@@ -128,8 +131,9 @@ std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t 
   const double n = static_cast<double>(bytes);
   const int pof2 = floor_pow2(p);
   const int rounds = ceil_log2(pof2);
-  // The message-based algorithms work in the receive buffer: out of place, they copy the
-  // input there first (the same-host ones read the send buffers directly).
+  // Recursive doubling works in the receive buffer: out of place, it copies the input there
+  // first. Rabenseifner and the ring reduce from the send buffer into the receive one, and
+  // the same-host ones read the send buffers directly.
   const double input_copy = t.in_place ? 0 : c.copy(n);
   std::vector<Candidate> out;
   // Publish (a copy), one flag round, then every rank reduces all p contributions itself.
@@ -152,19 +156,22 @@ std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t 
   out.push_back(usable("recursive_doubling",
                        input_copy + rounds * (c.send(n) + c.reduce(n)) + fold_cost(c, p, n)));
   const double share = static_cast<double>(pof2 - 1) / pof2;
-  out.push_back(usable("rabenseifner", input_copy + 2 * rounds * c.m.alpha_us +
-                                           2 * share * n / c.m.link_bpus + share * c.reduce(n) +
-                                           fold_cost(c, p, n)));
+  // Each halving step sends half the window of the step before; the allgather the same sizes.
+  double halving = 0;
+  for (int k = 1; k <= rounds; ++k) halving += 2 * c.alpha(n / (1 << k));
+  out.push_back(usable("rabenseifner", halving + 2 * share * n / c.m.link_bpus +
+                                           share * c.reduce(n) + fold_cost(c, p, n)));
   out.push_back(hierarchical_allreduce(t, c, bytes));
   if (bytes / std::max<std::size_t>(t.element_bytes, 1) < static_cast<std::size_t>(p)) {
     out.push_back(refused("ring", "fewer elements than ranks"));
   } else {
     // Reduce-scatter steps send their segment in chunks (one alpha each, overlapped with the
     // reduction of the previous chunk); allgather steps send one message each.
-    const double chunks = std::max(
-        1.0, std::ceil(seg / static_cast<double>(std::max<std::size_t>(t.chunk_bytes, 1))));
+    const double chunk =
+        std::min(seg, static_cast<double>(std::max<std::size_t>(t.chunk_bytes, 1)));
+    const double chunks = std::max(1.0, std::ceil(seg / chunk));
     const double ring_share = static_cast<double>(p - 1) / p;
-    out.push_back(usable("ring", input_copy + (p - 1) * (chunks + 1) * c.m.alpha_us +
+    out.push_back(usable("ring", (p - 1) * (chunks * c.alpha(chunk) + c.alpha(seg)) +
                                      2 * ring_share * n / c.m.link_bpus +
                                      ring_share * c.reduce(n)));
   }
@@ -216,7 +223,7 @@ std::vector<Candidate> allgather(const Topology& t, const Terms& c, std::size_t 
 
 std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes, const Topology& t,
                                   const CostModel& model) {
-  const Terms c{model};
+  const Terms c{model, static_cast<double>(t.eager_bytes)};
   const int p = std::max(t.ranks, 1);
   const double n = static_cast<double>(bytes);
   if (collective == "allreduce") return allreduce(t, c, bytes);

@@ -37,15 +37,18 @@ struct CostModel {
 // The call's shape, and what the ranks of the communicator can use (agreed by all of them).
 struct Topology {
   int ranks = 1;
-  int hosts = 1;                  // hosts the ranks are on
-  int largest_host = 1;           // ranks on the most crowded one
-  bool shares_memory = false;     // one host, every shared area mapped: "shared" algorithms
-  bool reads_peers = false;       // one host, cross-memory attach: "direct" algorithms
-  std::size_t shared_limit = 0;   // the largest payload of a shared slot
-  std::size_t shared_whole = 0;   // allreduce up to this: each rank reduces all contributions
-  std::size_t chunk_bytes = 0;    // the ring's pipelining unit
+  int hosts = 1;                 // hosts the ranks are on
+  int largest_host = 1;          // ranks on the most crowded one
+  bool shares_memory = false;    // one host, every shared area mapped: "shared" algorithms
+  bool reads_peers = false;      // one host, cross-memory attach: "direct" algorithms
+  std::size_t shared_limit = 0;  // the largest payload of a shared slot
+  std::size_t shared_whole = 0;  // allreduce up to this: each rank reduces all contributions
+  std::size_t chunk_bytes = 0;   // the ring's pipelining unit
+  // Messages above this many bytes go by rendezvous: a request-to-send and a clear-to-send
+  // travel before the data, two more latencies (ANVIEW_EAGER_BYTES).
+  std::size_t eager_bytes = static_cast<std::size_t>(-1);
   std::size_t element_bytes = 4;  // of the call's data type (ring needs an element per rank)
-  bool in_place = false;          // else message-based allreduce copies its input first
+  bool in_place = false;          // else some algorithms copy their input first
 };
 
 struct Candidate {

@@ -34,9 +34,9 @@ void allreduce_hierarchical(Call& call, const HostLayout& layout, const std::str
   if (local.rank == 0 && layout.leaders.size() > 1) {
     Call leaders = call.among(layout.leaders, layout.host_of[me]);
     if (among_leaders == "ring" && count >= layout.leaders.size())
-      allreduce_ring(leaders, data, count, type, op);
+      allreduce_ring(leaders, data, data, count, type, op);
     else if (among_leaders == "rabenseifner")
-      allreduce_rabenseifner(leaders, data, count, type, op);
+      allreduce_rabenseifner(leaders, data, data, count, type, op);
     else
       allreduce_recursive_doubling(leaders, data, count, type, op);
   }

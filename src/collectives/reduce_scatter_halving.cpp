@@ -23,7 +23,7 @@ void reduce_scatter_recursive_halving(Call& call, void* data, std::size_t count,
   const auto blocks = static_cast<std::size_t>(call.size);
   auto* base = static_cast<char*>(data);
   char* incoming = call.scratch_bytes(blocks * block);  // the fold brings the whole buffer
-  const PowerOfTwo p = fold_to_power_of_two(call, data, blocks * count, type, op, incoming);
+  const PowerOfTwo p = fold_to_power_of_two(call, data, data, blocks * count, type, op, incoming);
   // The first block virtual rank v speaks for; first_block(pof2) is the end of the buffer.
   auto first_block = [&](int v) {
     return static_cast<std::size_t>(v < p.extra ? 2 * v : v + p.extra);

@@ -1,6 +1,7 @@
 #include "collectives/steps.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "base/clock.hpp"
 #include "collectives/reduce.hpp"
@@ -101,8 +102,42 @@ Segment segment(std::size_t count, int parts, int i) {
   return {u * base + std::min(u, extra), base + (u < extra ? 1 : 0)};
 }
 
-PowerOfTwo fold_to_power_of_two(Call& call, void* data, std::size_t count, DataType type,
-                                ReduceOp op, char* incoming) {
+void exchange_reduce(Call& call, const char* source, std::size_t scount, int to, const char* own,
+                     char* target, std::size_t rcount, int from, DataType type, ReduceOp op,
+                     std::size_t chunk_bytes) {
+  // Both sides cut the same message the same way (the sender's segment is the receiver's), so
+  // chunks match one to one. Every receive is posted before any send, so no chunk arrives
+  // unexpected (an unexpected chunk costs an allocation and a second copy).
+  const std::size_t esize = size_of(type);
+  const std::size_t per_chunk = std::max<std::size_t>(chunk_bytes / esize, 1);
+  const std::size_t rchunks = (rcount + per_chunk - 1) / per_chunk;
+  const std::size_t schunks = (scount + per_chunk - 1) / per_chunk;
+  char* incoming = call.scratch_bytes(rcount * esize);
+  auto chunk_count = [&](std::size_t total, std::size_t k) {
+    return std::min(per_chunk, total - k * per_chunk);
+  };
+  std::vector<RequestPtr> recvs(rchunks);
+  for (std::size_t k = 0; k < rchunks; ++k) {
+    recvs[k] =
+        post_recv(call, incoming + k * per_chunk * esize, chunk_count(rcount, k) * esize, from);
+  }
+  std::vector<RequestPtr> sends;
+  sends.reserve(schunks);
+  for (std::size_t k = 0; k < schunks; ++k)
+    sends.push_back(
+        post_send(call, source + k * per_chunk * esize, chunk_count(scount, k) * esize, to));
+  for (std::size_t k = 0; k < rchunks; ++k) {
+    const std::size_t n = chunk_count(rcount, k);
+    const std::size_t at = k * per_chunk * esize;
+    wait(call, recvs[k]);
+    check_size(call, recvs[k], n * esize, from);
+    reduce_to(target + at, own + at, incoming + at, n, type, op);
+  }
+  for (auto& r : sends) wait(call, r);
+}
+
+PowerOfTwo fold_to_power_of_two(Call& call, const void* own, void* data, std::size_t count,
+                                DataType type, ReduceOp op, char* incoming) {
   const int r = call.rank;
   const std::size_t bytes = count * size_of(type);
   PowerOfTwo p{1, 0, -1};
@@ -111,10 +146,10 @@ PowerOfTwo fold_to_power_of_two(Call& call, void* data, std::size_t count, DataT
   if (r >= 2 * p.extra) {
     p.vrank = r - p.extra;
   } else if (r % 2 == 0) {
-    send(call, data, bytes, r + 1);
+    send(call, own, bytes, r + 1);
   } else {
     recv(call, incoming, bytes, r - 1);
-    reduce_into(data, incoming, count, type, op);
+    reduce_to(data, own, incoming, count, type, op);
     p.vrank = r / 2;
   }
   return p;

@@ -28,6 +28,13 @@ void recv(Call& call, void* data, std::size_t bytes, int from);
 // Sends to one rank and receives from another at once (both posted before either waits).
 void sendrecv(Call& call, const void* sdata, std::size_t sbytes, int to, void* rdata,
               std::size_t rbytes, int from);
+// Sends `scount` elements of `source` to `to` while receiving `rcount` from `from`, and sets
+// target[i] = own[i] (op) received[i] (`own` may be `target`: out-of-place callers reduce
+// straight from the user's send buffer instead of copying it first). Cut into chunks of
+// `chunk_bytes`: the reduction of one chunk overlaps the transfer of the next.
+void exchange_reduce(Call& call, const char* source, std::size_t scount, int to, const char* own,
+                     char* target, std::size_t rcount, int from, DataType type, ReduceOp op,
+                     std::size_t chunk_bytes);
 
 // Segment i of `count` elements cut into `parts` nearly equal pieces.
 struct Segment {
@@ -52,8 +59,10 @@ struct PowerOfTwo {
   int rank(int v) const { return v < extra ? v * 2 + 1 : v + extra; }
 };
 // Folds the extra ranks' `count` elements into their partners' (`incoming`: room for them).
-PowerOfTwo fold_to_power_of_two(Call& call, void* data, std::size_t count, DataType type,
-                                ReduceOp op, char* incoming);
+// `own` holds this rank's elements, `data` gets the fold (they may be the same buffer); a rank
+// that folds or sits out leaves `data` unwritten.
+PowerOfTwo fold_to_power_of_two(Call& call, const void* own, void* data, std::size_t count,
+                                DataType type, ReduceOp op, char* incoming);
 // Hands the result (`bytes` of `data`) back to the ranks that sat out.
 void unfold_from_power_of_two(Call& call, const PowerOfTwo& p, void* data, std::size_t bytes);
 

@@ -77,6 +77,8 @@ class Messenger final : public transport::FrameSink,
   int size() const { return config_.world_size; }
   const std::string& host_id() const { return config_.host_id; }
   const std::string& name() const { return config_.name; }
+  // Messages above this size go by rendezvous (ANVIEW_EAGER_BYTES, capped by the frame size).
+  std::size_t eager_bytes() const { return eager_bytes_; }
   std::chrono::milliseconds default_timeout() const { return config_.timeout; }
 
   // Bootstrap: what this rank publishes, then connecting to everyone (blocks until every link

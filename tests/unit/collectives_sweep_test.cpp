@@ -35,9 +35,14 @@ void check_all(Communicator& comm, std::size_t count) {
   const auto un = static_cast<std::size_t>(n), ume = static_cast<std::size_t>(me);
   SCOPED_TRACE("count " + std::to_string(count));
   // allreduce: float64 sum, int32 max, uint8 bxor (out of place and in place).
+  // Out of place, the algorithms reduce from the send buffer straight into the receive one:
+  // every element of `sum` must be written (it starts as a value no sum has) and the send
+  // buffer must come back unchanged.
   auto f64 = contributions<double>(me, count);
-  std::vector<double> sum(count);
+  const auto f64_before = f64;
+  std::vector<double> sum(count, -0.5);
   comm.allreduce(f64.data(), sum.data(), count, DataType::float64, ReduceOp::sum);
+  ASSERT_EQ(f64, f64_before) << "allreduce changed its send buffer";
   auto i32 = contributions<std::int32_t>(me, count);
   comm.allreduce(i32.data(), count, DataType::int32, ReduceOp::max);
   auto u8 = contributions<std::uint8_t>(me, count);

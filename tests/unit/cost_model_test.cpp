@@ -182,6 +182,24 @@ TEST(CostModel, AcrossHostsLatencyBoundIsRecursiveDoublingBandwidthBoundHalvesTh
   EXPECT_LT(find(list, "ring").predicted_us, 0.6 * find(list, "recursive_doubling").predicted_us);
 }
 
+// A message above the eager size waits for a request-to-send and a clear-to-send: three
+// latencies. Two ranks over TCP at 256 KiB: Rabenseifner's two half-size rendezvous steps
+// cost more than recursive doubling's one full-size step and a copy (measured here: 167 vs
+// 132 us); with every message eager (no handshake) the halving would look cheaper.
+TEST(CostModel, RendezvousSizedMessagesPayTwoMoreLatencies) {
+  Topology t = hosts(2);
+  t.eager_bytes = 65536;
+  EXPECT_EQ(pick("allreduce", 262144, t, tcp_model()), "recursive_doubling");
+  const auto list = candidates("allreduce", 262144, t, tcp_model());
+  Topology all_eager = hosts(2);
+  const auto eager = candidates("allreduce", 262144, all_eager, tcp_model());
+  EXPECT_NEAR(find(list, "rabenseifner").predicted_us - find(eager, "rabenseifner").predicted_us,
+              2 * 2 * tcp_model().alpha_us, 1e-9);
+  EXPECT_EQ(pick("allreduce", 262144, all_eager, tcp_model()), "rabenseifner");
+  // Large buffers still halve the data.
+  EXPECT_EQ(pick("allreduce", 16 << 20, t, tcp_model()), "rabenseifner");
+}
+
 TEST(CostModel, HierarchicalNeedsSeveralHostsAndWinsWhereLatencyCrossesThemOnce) {
   EXPECT_FALSE(find(candidates("allreduce", 8, one_host(4), shm_model()), "hierarchical").usable);
   Topology spread = hosts(4);
