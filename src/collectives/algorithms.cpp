@@ -73,22 +73,26 @@ void broadcast_binomial(Call& call, void* data, std::size_t bytes, int root) {
   for (auto& s : sends) wait(call, s);
 }
 
-void reduce_binomial(Call& call, void* data, std::size_t count, DataType type, ReduceOp op,
-                     int root) {
+void reduce_binomial(Call& call, const void* send_data, void* work, std::size_t count,
+                     DataType type, ReduceOp op, int root) {
   const int n = call.size;
   const int vr = mod(call.rank - root, n);
   const std::size_t bytes = count * size_of(type);
   char* incoming = call.scratch_bytes(bytes);
+  // This rank's values so far: its contribution until it reduced a child's into `work`.
+  const void* own = send_data;
   for (int mask = 1; mask < n; mask <<= 1) {
     if (vr & mask) {
-      send(call, data, bytes, mod(vr - mask + root, n));
+      send(call, own, bytes, mod(vr - mask + root, n));
       return;
     }
     if (vr + mask < n) {
       recv(call, incoming, bytes, mod(vr + mask + root, n));
-      reduce_into(data, incoming, count, type, op);
+      reduce_to(work, own, incoming, count, type, op);
+      own = work;
     }
   }
+  if (own != work && bytes > 0) std::memcpy(work, own, bytes);  // a root without children
 }
 
 Blocks Blocks::uniform(int ranks, std::size_t block) {

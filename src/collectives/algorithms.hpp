@@ -98,9 +98,11 @@ void allreduce_ring(Call& call, const void* send, void* recv, std::size_t count,
 void allreduce_recursive_doubling(Call& call, void* data, std::size_t count, DataType type,
                                   ReduceOp op);
 void broadcast_binomial(Call& call, void* data, std::size_t bytes, int root);
-// `data` is this rank's contribution; the root's ends up holding the result.
-void reduce_binomial(Call& call, void* data, std::size_t count, DataType type, ReduceOp op,
-                     int root);
+// `send` is this rank's contribution; the root's `work` ends up holding the result. A rank
+// with children reduces into its `work` (room for the whole buffer; it may be `send`), a leaf
+// sends `send` as it is: no rank copies its input first.
+void reduce_binomial(Call& call, const void* send, void* work, std::size_t count, DataType type,
+                     ReduceOp op, int root);
 // `data` holds every rank's block (`blocks`); this rank's is in place on entry.
 void allgather_ring(Call& call, void* data, const Blocks& blocks);
 // `data` holds size * count elements; on return this rank's reduced block is at rank * count.

@@ -174,10 +174,15 @@ bool Collectives::placement_allows(int bit) const {
   return ((agreed >= 0 ? agreed : local_placement()) & bit) != 0;
 }
 
-char* Collectives::work_copy(const void* from, std::size_t bytes) {
+char* Collectives::work_buffer(std::size_t bytes) {
   if (work_.size() < bytes) work_.resize(bytes);
-  if (bytes > 0) std::memcpy(work_.data(), from, bytes);
   return work_.data();
+}
+
+char* Collectives::work_copy(const void* from, std::size_t bytes) {
+  char* work = work_buffer(bytes);
+  if (bytes > 0) std::memcpy(work, from, bytes);
+  return work;
 }
 
 void Collectives::allreduce(const void* send, void* recv, std::size_t count, DataType type,
@@ -267,19 +272,21 @@ void Collectives::reduce(const void* send, void* recv, std::size_t count, DataTy
         call, [&] { reduce_shared(call, shared_areas_, seq, send, recv, count, type, op, root); });
     return;
   }
-  // The tree reduces in place: the root works in its receive buffer, the others in a copy.
-  void* work = recv;
-  if (call.rank != root) {
-    work = work_copy(send, bytes);
-  } else if (send != recv && bytes > 0) {
-    std::memcpy(recv, send, bytes);
-  }
   if (algo == "hierarchical") {
+    // In place: the root works in its receive buffer, the others in a copy.
+    void* work = recv;
+    if (call.rank != root) {
+      work = work_copy(send, bytes);
+    } else if (send != recv && bytes > 0) {
+      std::memcpy(recv, send, bytes);
+    }
     run_guarded(call, [&] { reduce_hierarchical(call, layout_, work, count, type, op, root); });
   } else {
+    // The tree reduces from `send` into the root's receive buffer or another rank's work
+    // buffer (leaves send `send` itself).
     call.record.algorithm("binomial");
-    if (call.size > 1)
-      run_guarded(call, [&] { reduce_binomial(call, work, count, type, op, root); });
+    void* work = call.rank == root ? recv : work_buffer(bytes);
+    run_guarded(call, [&] { reduce_binomial(call, send, work, count, type, op, root); });
   }
   if (call.rank == root && op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
 }

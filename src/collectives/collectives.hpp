@@ -237,6 +237,7 @@ class Collectives {
   // fresh allocation of 32 MiB or more is a fresh mapping whose page faults cost more than the
   // collective itself).
   std::vector<char> work_;
+  char* work_buffer(std::size_t bytes);  // room for `bytes`, contents undefined
   char* work_copy(const void* from, std::size_t bytes);
 };
 

@@ -30,7 +30,7 @@ void allreduce_hierarchical(Call& call, const HostLayout& layout, const std::str
   const auto me = static_cast<std::size_t>(call.rank);
   const auto& host = layout.hosts[static_cast<std::size_t>(layout.host_of[me])];
   Call local = call.among(host, layout.position[me]);
-  if (local.size > 1) reduce_binomial(local, data, count, type, op, 0);  // to the leader
+  if (local.size > 1) reduce_binomial(local, data, data, count, type, op, 0);  // to the leader
   if (local.rank == 0 && layout.leaders.size() > 1) {
     Call leaders = call.among(layout.leaders, layout.host_of[me]);
     if (among_leaders == "ring" && count >= layout.leaders.size())
@@ -88,11 +88,13 @@ void reduce_hierarchical(Call& call, const HostLayout& layout, void* data, std::
   const auto& host = layout.hosts[static_cast<std::size_t>(host_index)];
   if (host.size() > 1) {
     Call local = call.among(host, layout.position[me]);
-    reduce_binomial(local, data, count, type, op, layout.position[static_cast<std::size_t>(rep)]);
+    reduce_binomial(local, data, data, count, type, op,
+                    layout.position[static_cast<std::size_t>(rep)]);
   }
   if (call.rank == rep && reps.size() > 1) {
     Call among = call.among(reps, host_index);
-    reduce_binomial(among, data, count, type, op, layout.host_of[static_cast<std::size_t>(root)]);
+    reduce_binomial(among, data, data, count, type, op,
+                    layout.host_of[static_cast<std::size_t>(root)]);
   }
 }
 

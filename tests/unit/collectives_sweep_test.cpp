@@ -67,6 +67,7 @@ void check_all(Communicator& comm, std::size_t count) {
   auto mine64 = contributions<std::int64_t>(me, count);
   std::vector<std::int64_t> reduced(count, -1);
   comm.reduce(mine64.data(), reduced.data(), count, DataType::int64, ReduceOp::sum, middle);
+  ASSERT_EQ(mine64, contributions<std::int64_t>(me, count)) << "reduce changed its send buffer";
   if (me == middle) {
     for (std::size_t i = 0; i < count; ++i)
       ASSERT_EQ(reduced[i], sweep_value(0, i) * n * (n + 1) / 2) << "reduce, element " << i;
