@@ -114,16 +114,23 @@ void allgather_ring(Call& call, void* data, const Blocks& blocks) {
   }
 }
 
-void reduce_scatter_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op) {
+void reduce_scatter_ring(Call& call, const void* send, void* work, void* recv, std::size_t count,
+                         DataType type, ReduceOp op) {
   const int n = call.size;
   const int r = call.rank;
   const std::size_t block = count * size_of(type);
-  auto* bytes = static_cast<char*>(data);
+  const auto* own = static_cast<const char*>(send);
+  auto* partial = static_cast<char*>(work);
+  // Step s reduces block r-s-2 from `send` and what came from the left into `work`, and sends
+  // the block the step before reduced there (the first step sends from `send`); the last step's
+  // block is this rank's own, reduced straight into `recv`.
   for (int s = 0; s < n - 1; ++s) {
     const auto out = static_cast<std::size_t>(mod(r - s - 1, n));
     const auto in = static_cast<std::size_t>(mod(r - s - 2, n));
-    exchange_reduce(call, bytes + out * block, count, mod(r + 1, n), bytes + in * block,
-                    bytes + in * block, count, mod(r - 1, n), type, op, call.chunk_bytes);
+    const char* from = s == 0 ? own : partial;
+    char* target = s == n - 2 ? static_cast<char*>(recv) : partial + in * block;
+    exchange_reduce(call, from + out * block, count, mod(r + 1, n), own + in * block, target, count,
+                    mod(r - 1, n), type, op, call.chunk_bytes);
   }
 }
 

@@ -105,11 +105,14 @@ void reduce_binomial(Call& call, const void* send, void* work, std::size_t count
                      ReduceOp op, int root);
 // `data` holds every rank's block (`blocks`); this rank's is in place on entry.
 void allgather_ring(Call& call, void* data, const Blocks& blocks);
-// `data` holds size * count elements; on return this rank's reduced block is at rank * count.
-void reduce_scatter_ring(Call& call, void* data, std::size_t count, DataType type, ReduceOp op);
-// The same in log2(p) steps, halving the window each (latency-bound sizes).
-void reduce_scatter_recursive_halving(Call& call, void* data, std::size_t count, DataType type,
-                                      ReduceOp op);
+// `send` holds size * count elements; `recv` gets this rank's reduced block (count elements).
+// `work` has room for size * count elements (partial sums; the send buffer is not copied).
+void reduce_scatter_ring(Call& call, const void* send, void* work, void* recv, std::size_t count,
+                         DataType type, ReduceOp op);
+// The same in log2(p) steps, halving the window each (latency-bound sizes); on return this
+// rank's reduced block is in `work` at rank * count.
+void reduce_scatter_recursive_halving(Call& call, const void* send, void* work, std::size_t count,
+                                      DataType type, ReduceOp op);
 // `send` holds block r for rank r (`sblocks`); `recv` gets block r from rank r (`rblocks`).
 void alltoall_pairwise(Call& call, const void* send, const Blocks& sblocks, void* recv,
                        const Blocks& rblocks);

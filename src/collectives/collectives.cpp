@@ -356,14 +356,22 @@ void Collectives::reduce_scatter(const void* send, void* recv, std::size_t count
                 [&] { reduce_scatter_direct(call, peer_memories_, send, recv, count, type, op); });
     return;
   }
-  char* work = work_copy(send, all);
-  if (algo == "recursive_halving") {
-    run_guarded(call, [&] { reduce_scatter_recursive_halving(call, work, count, type, op); });
+  // Both reduce from `send` into a work buffer (no copy of `send` first); the ring's last step
+  // reduces this rank's block straight into `recv`.
+  const std::size_t mine = static_cast<std::size_t>(call.rank) * block;
+  if (call.size == 1 || count == 0) {
+    call.record.algorithm("ring");
+    if (block > 0 && static_cast<const char*>(send) + mine != recv)
+      std::memmove(recv, static_cast<const char*>(send) + mine, block);
+  } else if (algo == "recursive_halving") {
+    char* work = work_buffer(all);
+    run_guarded(call, [&] { reduce_scatter_recursive_halving(call, send, work, count, type, op); });
+    std::memcpy(recv, work + mine, block);
   } else {
     call.record.algorithm("ring");
-    if (call.size > 1) run_guarded(call, [&] { reduce_scatter_ring(call, work, count, type, op); });
+    char* work = work_buffer(all);
+    run_guarded(call, [&] { reduce_scatter_ring(call, send, work, recv, count, type, op); });
   }
-  if (block > 0) std::memcpy(recv, work + static_cast<std::size_t>(call.rank) * block, block);
   if (op == ReduceOp::avg) finish_avg(recv, count, type, call.size);
 }
 

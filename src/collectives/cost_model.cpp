@@ -239,18 +239,26 @@ std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes
   // `bytes` is the whole buffer, n/p per rank and step. Direct: postings, words and done, then
   // each rank reads its block from the p-1 peers and reduces it.
   if (collective == "reduce_scatter") {
-    // The ring and recursive halving work in a copy of the send buffer and copy this rank's
-    // block out of it. Halving: log2(pof2) messages carrying (pof2-1)/pof2 of the buffer in
+    // Both reduce from the send buffer into a work buffer (no copy of it first); the ring's
+    // last step reduces into the receive buffer, halving copies this rank's block out.
+    // Halving: log2(pof2) messages of half the window each, (pof2-1)/pof2 of the buffer in
     // all, after the fold of the extra ranks (the whole buffer) and before handing their
     // blocks back.
     const int pof2 = floor_pow2(p);
     const double share = static_cast<double>(pof2 - 1) / pof2;
     const double fold = pof2 == p ? 0 : c.send(n) + c.reduce(n) + c.send(n / p);
-    return {usable("ring", c.copy(n) + (p - 1) * (c.send(n / p) + c.reduce(n / p)) + c.copy(n / p)),
-            usable("recursive_halving", c.copy(n) + fold + ceil_log2(pof2) * c.m.alpha_us +
-                                            share * n / c.m.link_bpus + share * c.reduce(n) +
-                                            c.copy(n / p)),
-            direct(t, 3 * c.m.alpha_us + (p - 1) * (c.peer_copy(n / p) + c.reduce(n / p)))};
+    double halving = 0;
+    for (int k = 1; k <= ceil_log2(pof2); ++k) halving += c.alpha(n / (1 << k));
+    // The ring's steps send their block in chunks, one message each (as allreduce's ring).
+    const double seg = n / p;
+    const double chunk =
+        std::min(seg, static_cast<double>(std::max<std::size_t>(t.chunk_bytes, 1)));
+    const double chunks = std::max(1.0, std::ceil(seg / chunk));
+    return {
+        usable("ring", (p - 1) * (chunks * c.alpha(chunk) + seg / c.m.link_bpus + c.reduce(seg))),
+        usable("recursive_halving",
+               fold + halving + share * n / c.m.link_bpus + share * c.reduce(n) + c.copy(n / p)),
+        direct(t, 3 * c.m.alpha_us + (p - 1) * (c.peer_copy(n / p) + c.reduce(n / p)))};
   }
   if (collective == "alltoall") {
     // Bruck: log2(p) rounds of about half the data, each packed and unpacked, plus the

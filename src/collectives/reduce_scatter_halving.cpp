@@ -17,13 +17,16 @@
 
 namespace anview::collectives {
 
-void reduce_scatter_recursive_halving(Call& call, void* data, std::size_t count, DataType type,
-                                      ReduceOp op) {
+void reduce_scatter_recursive_halving(Call& call, const void* send_data, void* work,
+                                      std::size_t count, DataType type, ReduceOp op) {
   const std::size_t block = count * size_of(type);
   const auto blocks = static_cast<std::size_t>(call.size);
-  auto* base = static_cast<char*>(data);
+  auto* base = static_cast<char*>(work);
+  // This rank's values so far: `send` until it reduced anything into `work`.
+  const auto* own = static_cast<const char*>(send_data);
   char* incoming = call.scratch_bytes(blocks * block);  // the fold brings the whole buffer
-  const PowerOfTwo p = fold_to_power_of_two(call, data, data, blocks * count, type, op, incoming);
+  const PowerOfTwo p = fold_to_power_of_two(call, own, base, blocks * count, type, op, incoming);
+  if (call.rank < 2 * p.extra) own = base;
   // The first block virtual rank v speaks for; first_block(pof2) is the end of the buffer.
   auto first_block = [&](int v) {
     return static_cast<std::size_t>(v < p.extra ? 2 * v : v + p.extra);
@@ -39,9 +42,10 @@ void reduce_scatter_recursive_halving(Call& call, void* data, std::size_t count,
       const std::size_t keep_bytes = first_block(keep + mask) * block - keep_at;
       const std::size_t give_at = first_block(give) * block;
       const std::size_t give_bytes = first_block(give + mask) * block - give_at;
-      sendrecv(call, base + give_at, give_bytes, p.rank(partner_v), incoming, keep_bytes,
+      sendrecv(call, own + give_at, give_bytes, p.rank(partner_v), incoming, keep_bytes,
                p.rank(partner_v));
-      reduce_into(base + keep_at, incoming, keep_bytes / size_of(type), type, op);
+      reduce_to(base + keep_at, own + keep_at, incoming, keep_bytes / size_of(type), type, op);
+      own = base;  // the next window lies in `keep`, now in `work`
       first = keep;
     }
   }
