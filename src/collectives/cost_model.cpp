@@ -26,6 +26,18 @@ struct Terms {
   // The latency of one message: a rendezvous-sized one waits for a handshake first.
   double alpha(double bytes) const { return bytes > eager_bytes ? 3 * m.alpha_us : m.alpha_us; }
   double send(double bytes) const { return alpha(bytes) + bytes / m.link_bpus; }
+  // The latencies of `rounds` messages of half the buffer, a quarter, ... (recursive halving).
+  double halving_alphas(double bytes, int rounds) const {
+    double us = 0;
+    for (int k = 1; k <= rounds; ++k) us += alpha(bytes / (1 << k));
+    return us;
+  }
+  // The latencies of a ring step's `segment` sent in pieces of at most `chunk_bytes`.
+  double chunked_alphas(double segment, std::size_t chunk_bytes) const {
+    const double chunk =
+        std::min(segment, static_cast<double>(std::max<std::size_t>(chunk_bytes, 1)));
+    return std::max(1.0, std::ceil(segment / chunk)) * alpha(chunk);
+  }
   double reduce(double bytes) const { return crowded(bytes / m.reduce_bpus); }
   double copy(double bytes) const { return crowded(bytes / m.copy_bpus); }
   // Reading (or writing) `bytes` of a same-host peer's memory as the direct algorithms do, a
@@ -157,21 +169,17 @@ std::vector<Candidate> allreduce(const Topology& t, const Terms& c, std::size_t 
                        input_copy + rounds * (c.send(n) + c.reduce(n)) + fold_cost(c, p, n)));
   const double share = static_cast<double>(pof2 - 1) / pof2;
   // Each halving step sends half the window of the step before; the allgather the same sizes.
-  double halving = 0;
-  for (int k = 1; k <= rounds; ++k) halving += 2 * c.alpha(n / (1 << k));
-  out.push_back(usable("rabenseifner", halving + 2 * share * n / c.m.link_bpus +
-                                           share * c.reduce(n) + fold_cost(c, p, n)));
+  out.push_back(usable("rabenseifner", 2 * c.halving_alphas(n, rounds) +
+                                           2 * share * n / c.m.link_bpus + share * c.reduce(n) +
+                                           fold_cost(c, p, n)));
   out.push_back(hierarchical_allreduce(t, c, bytes));
   if (bytes / std::max<std::size_t>(t.element_bytes, 1) < static_cast<std::size_t>(p)) {
     out.push_back(refused("ring", "fewer elements than ranks"));
   } else {
     // Reduce-scatter steps send their segment in chunks (one alpha each, overlapped with the
     // reduction of the previous chunk); allgather steps send one message each.
-    const double chunk =
-        std::min(seg, static_cast<double>(std::max<std::size_t>(t.chunk_bytes, 1)));
-    const double chunks = std::max(1.0, std::ceil(seg / chunk));
     const double ring_share = static_cast<double>(p - 1) / p;
-    out.push_back(usable("ring", (p - 1) * (chunks * c.alpha(chunk) + c.alpha(seg)) +
+    out.push_back(usable("ring", (p - 1) * (c.chunked_alphas(seg, t.chunk_bytes) + c.alpha(seg)) +
                                      2 * ring_share * n / c.m.link_bpus +
                                      ring_share * c.reduce(n)));
   }
@@ -247,18 +255,14 @@ std::vector<Candidate> candidates(std::string_view collective, std::size_t bytes
     const int pof2 = floor_pow2(p);
     const double share = static_cast<double>(pof2 - 1) / pof2;
     const double fold = pof2 == p ? 0 : c.send(n) + c.reduce(n) + c.send(n / p);
-    double halving = 0;
-    for (int k = 1; k <= ceil_log2(pof2); ++k) halving += c.alpha(n / (1 << k));
     // The ring's steps send their block in chunks, one message each (as allreduce's ring).
     const double seg = n / p;
-    const double chunk =
-        std::min(seg, static_cast<double>(std::max<std::size_t>(t.chunk_bytes, 1)));
-    const double chunks = std::max(1.0, std::ceil(seg / chunk));
-    return {
-        usable("ring", (p - 1) * (chunks * c.alpha(chunk) + seg / c.m.link_bpus + c.reduce(seg))),
-        usable("recursive_halving",
-               fold + halving + share * n / c.m.link_bpus + share * c.reduce(n) + c.copy(n / p)),
-        direct(t, 3 * c.m.alpha_us + (p - 1) * (c.peer_copy(n / p) + c.reduce(n / p)))};
+    return {usable("ring", (p - 1) * (c.chunked_alphas(seg, t.chunk_bytes) + seg / c.m.link_bpus +
+                                      c.reduce(seg))),
+            usable("recursive_halving", fold + c.halving_alphas(n, ceil_log2(pof2)) +
+                                            share * n / c.m.link_bpus + share * c.reduce(n) +
+                                            c.copy(n / p)),
+            direct(t, 3 * c.m.alpha_us + (p - 1) * (c.peer_copy(n / p) + c.reduce(n / p)))};
   }
   if (collective == "alltoall") {
     // Bruck: log2(p) rounds of about half the data, each packed and unpacked, plus the
