@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "check.hpp"
 #include "sweep.hpp"
 
 namespace perf {
@@ -30,65 +31,6 @@ double bus_factor(const std::string& op, int n) {
   return 1.0;
 }
 
-// Small integers, exactly representable in every type: rank r's element i.
-double element(int rank, std::size_t i) {
-  return static_cast<double>((rank + 1) * (i % 5 + 1));
-}
-
-void store(std::vector<char>& buf, std::size_t i, DataType type, double v) {
-  switch (type) {
-    case DataType::float32: {
-      float f = static_cast<float>(v);
-      std::memcpy(&buf[i * 4], &f, 4);
-      break;
-    }
-    case DataType::float64:
-      std::memcpy(&buf[i * 8], &v, 8);
-      break;
-    case DataType::int32: {
-      auto x = static_cast<std::int32_t>(v);
-      std::memcpy(&buf[i * 4], &x, 4);
-      break;
-    }
-    case DataType::int64: {
-      auto x = static_cast<std::int64_t>(v);
-      std::memcpy(&buf[i * 8], &x, 8);
-      break;
-    }
-    default: {
-      auto x = static_cast<std::uint8_t>(v);
-      buf[i * anview::size_of(type)] = static_cast<char>(x);
-    }
-  }
-}
-
-double load(const std::vector<char>& buf, std::size_t i, DataType type) {
-  switch (type) {
-    case DataType::float32: {
-      float f;
-      std::memcpy(&f, &buf[i * 4], 4);
-      return f;
-    }
-    case DataType::float64: {
-      double d;
-      std::memcpy(&d, &buf[i * 8], 8);
-      return d;
-    }
-    case DataType::int32: {
-      std::int32_t x;
-      std::memcpy(&x, &buf[i * 4], 4);
-      return x;
-    }
-    case DataType::int64: {
-      std::int64_t x;
-      std::memcpy(&x, &buf[i * 8], 8);
-      return static_cast<double>(x);
-    }
-    default:
-      return static_cast<unsigned char>(buf[i * anview::size_of(type)]);
-  }
-}
-
 struct Sample {
   std::size_t count = 0;
   double time_us = 0;
@@ -104,9 +46,14 @@ Sample measure(anview::Communicator& comm, const CollectiveOptions& o, std::size
   const std::size_t count = per_rank ? bytes / esize / static_cast<std::size_t>(n) : bytes / esize;
   const std::size_t total = per_rank ? count * static_cast<std::size_t>(n) : count;
   std::vector<char> send(std::max<std::size_t>(total * esize, 1)), recv(send.size());
-  auto fill = [&] {
-    for (std::size_t i = 0; i < total; ++i) store(send, i, o.type, element(me, i));
-  };
+  const CheckCase check{.op = o.op,
+                        .type = o.type,
+                        .redop = o.redop,
+                        .root = o.root,
+                        .ranks = n,
+                        .rank = me,
+                        .count = count};
+  auto fill = [&] { fill_send(check, send.data()); };
   // In place: allreduce works in recv, allgather finds this rank's block at its place in recv.
   auto start_in_place = [&] {
     if (o.op == "allreduce") std::memcpy(recv.data(), send.data(), count * esize);
@@ -176,29 +123,12 @@ Sample measure(anview::Communicator& comm, const CollectiveOptions& o, std::size
   s.time_us = mine;
   if (o.check) {
     fill();
-    std::fill(recv.begin(), recv.end(), 0);
+    // All bits set: no result has that value (a NaN in floating-point types, -1 or the
+    // largest value in integer ones), so an element the call did not write is wrong.
+    std::fill(recv.begin(), recv.end(), static_cast<char>(0xFF));
     if (o.in_place) start_in_place();
     once();
-    const double ranks_sum = n * (n + 1) / 2.0;
-    for (std::size_t i = 0; i < count && o.op != "barrier"; ++i) {
-      double got = 0, want = 0;
-      if (o.op == "allreduce" && o.redop == ReduceOp::sum) {
-        got = load(recv, i, o.type);
-        want = ranks_sum * (i % 5 + 1);
-      } else if (o.op == "broadcast") {
-        got = load(send, i, o.type);
-        want = element(o.root, i);
-      } else if (o.op == "allgather") {
-        for (int r = 0; r < n; ++r) {
-          const std::size_t k = static_cast<std::size_t>(r) * count + i;
-          if (load(recv, k, o.type) != element(r, i)) ++s.wrong;
-        }
-        continue;
-      } else {
-        continue;  // the unit tests check the other kinds element by element
-      }
-      if (std::abs(got - want) > 1e-6 * std::abs(want)) ++s.wrong;
-    }
+    s.wrong = count_wrong(check, send.data(), recv.data());
   }
   long wrong = s.wrong;
   comm.allreduce(&wrong, 1, DataType::int64, ReduceOp::sum);
