@@ -1,6 +1,7 @@
 #include "collectives/steps.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "base/clock.hpp"
@@ -126,6 +127,16 @@ void exchange_reduce(Call& call, const char* source, std::size_t scount, int to,
   for (std::size_t k = 0; k < schunks; ++k)
     sends.push_back(
         post_send(call, source + k * per_chunk * esize, chunk_count(scount, k) * esize, to));
+  // A target that overlaps what is being sent (in place on 2 ranks, the ring's only step sends
+  // block 0 and reduces into it) is written only once the sends are done with it: a send
+  // queued in a full ring or offered by reference is read after it was posted.
+  const auto source_at = reinterpret_cast<std::uintptr_t>(source);
+  const auto target_at = reinterpret_cast<std::uintptr_t>(target);
+  if (scount > 0 && rcount > 0 && target_at < source_at + scount * esize &&
+      source_at < target_at + rcount * esize) {
+    for (auto& r : sends) wait(call, r);
+    sends.clear();
+  }
   for (std::size_t k = 0; k < rchunks; ++k) {
     const std::size_t n = chunk_count(rcount, k);
     const std::size_t at = k * per_chunk * esize;

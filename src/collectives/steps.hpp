@@ -30,8 +30,9 @@ void sendrecv(Call& call, const void* sdata, std::size_t sbytes, int to, void* r
               std::size_t rbytes, int from);
 // Sends `scount` elements of `source` to `to` while receiving `rcount` from `from`, and sets
 // target[i] = own[i] (op) received[i] (`own` may be `target`: out-of-place callers reduce
-// straight from the user's send buffer instead of copying it first). Cut into chunks of
-// `chunk_bytes`: the reduction of one chunk overlaps the transfer of the next.
+// straight from the user's send buffer instead of copying it first; `target` may overlap
+// `source`, the reduction then waits for the sends). Cut into chunks of `chunk_bytes`: the
+// reduction of one chunk overlaps the transfer of the next.
 void exchange_reduce(Call& call, const char* source, std::size_t scount, int to, const char* own,
                      char* target, std::size_t rcount, int from, DataType type, ReduceOp op,
                      std::size_t chunk_bytes);

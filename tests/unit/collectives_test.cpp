@@ -136,6 +136,39 @@ TEST(Collectives, ReduceScatterDirectEveryRankCountInAndOutOfPlace) {
   }
 }
 
+// In place with the very same buffer (MPI_IN_PLACE's layout): the input is every block of
+// `data`, the result lands at its start, over block 0, which ranks other than 0 also send
+// from. Every algorithm, with blocks above the eager size (a rendezvous send is read from
+// the buffer after it was posted) cut into many small chunks. On 2 ranks the ring's only step
+// both sends block 0 and reduces into it: rank 1 overwrote chunks of that block that rank 0
+// had not read yet (rank 0 got wrong sums in about one run in five, 10 rounds each).
+TEST(Collectives, ReduceScatterInPlaceWithTheSameBufferEveryAlgorithm) {
+  ScopedEnv chunks("ANVIEW_COLL_CHUNK", "4K");
+  for (const char* algo : {"ring", "recursive_halving", "direct"}) {
+    ScopedEnv forced("ANVIEW_ALGO", (std::string("reduce_scatter=") + algo).c_str());
+    for (int n : {2, 3, 4}) {
+      SCOPED_TRACE(std::string(algo) + " on " + std::to_string(n) + " ranks");
+      run_ranks(n, [&](Communicator& comm) {
+        const int me = comm.rank();
+        for (std::size_t count : {std::size_t{7}, std::size_t{300000}, std::size_t{300000},
+                                  std::size_t{300000}, std::size_t{300000}}) {
+          const std::size_t total = count * static_cast<std::size_t>(n);
+          std::vector<float> data(total);
+          for (std::size_t i = 0; i < total; ++i) data[i] = static_cast<float>(contribution(me, i));
+          comm.reduce_scatter(data.data(), data.data(), count, DataType::float32, ReduceOp::sum);
+          const std::int64_t ranks_sum = n * (n + 1) / 2;
+          const std::size_t first = static_cast<std::size_t>(me) * count;
+          for (std::size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(data[i], static_cast<float>(ranks_sum *
+                                                  static_cast<std::int64_t>((first + i) % 7 + 1)))
+                << "count " << count << " index " << i << " on rank " << me;
+          }
+        }
+      });
+    }
+  }
+}
+
 // int32 max and float64 avg in place, and a float32 sum whose rounding depends on the order
 // of the additions: every rank must end with the same bits (each segment reduced by one owner).
 TEST(Collectives, AllreduceRabenseifnerMaxAvgAndTheSameBitsOnEveryRank) {
