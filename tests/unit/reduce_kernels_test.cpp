@@ -110,6 +110,25 @@ TEST(ReduceKernelSets, EverySetMatchesGenericBitForBit) {
   }
 }
 
+// avg over more ranks than a small integer type holds: the divisor is the rank count, not the
+// rank count cast to the element type (128 was -128 in an int8; 256 was 0 in a uint8, a
+// division by zero that killed the process).
+TEST(ReduceKernelSets, AvgDividesByRankCountsTheElementTypeCannotHold) {
+  std::vector<const ReduceKernels*> sets = runnable_sets();
+  sets.push_back(collectives::reduce_kernels("generic"));
+  for (const ReduceKernels* set : sets) {
+    std::vector<std::int8_t> i8 = {-128, 127, -100};
+    set->divide(i8.data(), i8.size(), DataType::int8, 128);
+    EXPECT_EQ(i8, (std::vector<std::int8_t>{-1, 0, 0})) << set->name;
+    std::vector<std::uint8_t> u8 = {255, 200, 0};
+    set->divide(u8.data(), u8.size(), DataType::uint8, 256);
+    EXPECT_EQ(u8, (std::vector<std::uint8_t>{0, 0, 0})) << set->name;
+    std::vector<std::uint8_t> small = {255, 100};
+    set->divide(small.data(), small.size(), DataType::uint8, 5);
+    EXPECT_EQ(small, (std::vector<std::uint8_t>{51, 20})) << set->name;
+  }
+}
+
 TEST(ReduceKernelSets, HalfNanAndInfinityAgreeWithGeneric) {
   const ReduceKernels* generic = collectives::reduce_kernels("generic");
   // inf + -inf is nan; nan payloads stay quiet nans; overflow becomes infinity.
