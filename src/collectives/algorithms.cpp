@@ -161,14 +161,16 @@ void gather_linear(Call& call, const void* send_data, std::size_t send_bytes, vo
     send(call, send_data, send_bytes, root);
     return;
   }
+  // The root's own block first: a receive may land where its send buffer is (in place with
+  // the same pointer for both, at a root other than 0, block 0 is the contribution). Already
+  // in place when the root's block is its send buffer (hierarchical allgather).
+  if (send_bytes > 0 && rblocks.at(recv_data, root) != send_data)
+    std::memmove(rblocks.at(recv_data, root), send_data, send_bytes);
   std::vector<std::pair<RequestPtr, int>> recvs;
   for (int p = 0; p < call.size; ++p) {
     if (p == root) continue;
     recvs.emplace_back(post_recv(call, rblocks.at(recv_data, p), rblocks.size(p), p), p);
   }
-  // In place when the root's block is its send buffer (hierarchical allgather).
-  if (send_bytes > 0 && rblocks.at(recv_data, root) != send_data)
-    std::memcpy(rblocks.at(recv_data, root), send_data, send_bytes);
   for (auto& [r, p] : recvs) {
     wait(call, r);
     check_size(call, r, rblocks.size(p), p);
@@ -186,8 +188,11 @@ void scatter_linear(Call& call, const void* send_data, const Blocks& sblocks, vo
     if (p == root) continue;
     sends.push_back(post_send(call, sblocks.at(send_data, p), sblocks.size(p), p));
   }
-  if (recv_bytes > 0) std::memcpy(recv_data, sblocks.at(send_data, root), recv_bytes);
+  // The root's own block last, once the sends are done with theirs: in place with the same
+  // pointer for both, at a root other than 0, it goes over block 0, which may still be read.
   for (auto& s : sends) wait(call, s);
+  const char* own = sblocks.at(send_data, root);
+  if (recv_bytes > 0 && own != recv_data) std::memmove(recv_data, own, recv_bytes);
 }
 
 void barrier_dissemination(Call& call) {

@@ -169,6 +169,41 @@ TEST(Collectives, ReduceScatterInPlaceWithTheSameBufferEveryAlgorithm) {
   }
 }
 
+// gather and scatter in place with the very same buffer at every root: gather's contribution
+// is the buffer's first block, scatter's own block lands over block 0. At a root other than
+// 0, rank 0's block once landed over the root's contribution before the root copied it
+// (gather), and the root's own block overwrote block 0 before rank 0 had read it (scatter).
+TEST(Collectives, GatherAndScatterInPlaceWithTheSameBufferAtEveryRoot) {
+  for (int n : {2, 3, 4}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    run_ranks(n, [&](Communicator& comm) {
+      const int me = comm.rank();
+      const auto un = static_cast<std::size_t>(n);
+      for (int root = 0; root < n; ++root) {
+        for (std::size_t count : {std::size_t{7}, std::size_t{100000}}) {
+          std::vector<std::int32_t> buf(count * un, -1);
+          for (std::size_t i = 0; i < count; ++i)
+            buf[i] = static_cast<std::int32_t>(contribution(me, i));
+          comm.gather(buf.data(), buf.data(), count, DataType::int32, root);
+          for (std::size_t i = 0; me == root && i < count * un; ++i) {
+            ASSERT_EQ(buf[i], contribution(static_cast<int>(i / count), i % count))
+                << "gather to root " << root << ", count " << count << ", element " << i;
+          }
+          for (std::size_t i = 0; i < count * un; ++i)
+            buf[i] = static_cast<std::int32_t>(contribution(static_cast<int>(i / count), i));
+          comm.scatter(buf.data(), buf.data(), count, DataType::int32, root);
+          const std::size_t first = static_cast<std::size_t>(me) * count;
+          for (std::size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(buf[i], contribution(me, first + i))
+                << "scatter from root " << root << ", count " << count << ", element " << i
+                << " on rank " << me;
+          }
+        }
+      }
+    });
+  }
+}
+
 // int32 max and float64 avg in place, and a float32 sum whose rounding depends on the order
 // of the additions: every rank must end with the same bits (each segment reduced by one owner).
 TEST(Collectives, AllreduceRabenseifnerMaxAvgAndTheSameBitsOnEveryRank) {
