@@ -220,7 +220,10 @@ Status wait_or_abandon(p2p::Messenger& messenger, const p2p::RequestPtr& impl,
   try {
     return messenger.wait(*impl, timeout.value_or(messenger.default_timeout()));
   } catch (const Error& e) {
-    if (e.kind() == ErrorKind::timeout) messenger.abandon(impl, e);
+    // Completed between the deadline and giving up (another thread drove it): a message
+    // received or sent is reported as such, not as a timeout the caller would retry.
+    if (e.kind() == ErrorKind::timeout && !messenger.abandon(impl, e) && !impl->error)
+      return impl->status;
     detail::CommunicatorImpl::dump_after(e);
     throw;
   }

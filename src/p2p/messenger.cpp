@@ -295,6 +295,16 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
                                   "every other rank of the communicator is lost"));
     } else {
       posted_.push(req);
+      // Reading from a peer paused on a message over the unexpected budget (on_frame): that
+      // message may be this receive's, which takes it over the budget. Resume; a frame that
+      // still matches nothing pauses reading again.
+      for (int p = source == any_source ? 0 : source;
+           p < (source == any_source ? config_.world_size : source + 1); ++p) {
+        PeerState& ps = peers_[static_cast<std::size_t>(p)];
+        if (!ps.deferred || ps.transport == nullptr) continue;
+        ps.deferred = false;
+        ps.transport->resume(p);
+      }
     }
     if (!completed_.empty()) take_completed(completed.emplace());
   }
@@ -569,7 +579,8 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
     spin_end = start + spin_;
     pure_spin_end = start + spin_ / 2;
   };
-  auto timed_out = [&] {
+  auto timed_out = [&] {  // called without mu_, which guards what it reads
+    Lock lock(mu_);
     return request_error(
         request, ErrorKind::timeout,
         "not complete after " + std::to_string(timeout.count()) + " ms: " + describe_wait(request));
@@ -792,13 +803,13 @@ bool Messenger::cancel(const RequestPtr& ref) {
   return cancelled;
 }
 
-void Messenger::abandon(const RequestPtr& ref, const Error& error) {
-  if (cancel(ref)) return;
+bool Messenger::abandon(const RequestPtr& ref, const Error& error) {
+  if (cancel(ref)) return true;
   RequestImpl& request = *ref;
   Completions completed;
   {
     Lock lock(mu_);
-    if (request.phase == RequestImpl::Phase::complete) return;
+    if (request.phase == RequestImpl::Phase::complete) return false;
     const int peer = request.kind == RequestImpl::Kind::recv ? request.status.source : request.peer;
     if (peer >= 0 && peers_[static_cast<std::size_t>(peer)].transport) {
       base::log("p2p", base::LogLevel::error, error.what(), "; closing the link to rank ", peer,
@@ -809,6 +820,7 @@ void Messenger::abandon(const RequestPtr& ref, const Error& error) {
     take_completed(completed);
   }
   run_callbacks(completed);
+  return true;
 }
 
 void Messenger::shutdown() {

@@ -112,8 +112,10 @@ class Messenger final : public transport::FrameSink,
   Status wait(RequestImpl& request, std::chrono::milliseconds timeout);
   bool cancel(const RequestPtr& request);
   // Gives up on a request a blocking call timed out on: cancels it if it has not started,
-  // else closes the link to its peer with `error` (its buffer would still be in use).
-  void abandon(const RequestPtr& request, const Error& error);
+  // else closes the link to its peer with `error` (its buffer would still be in use). False
+  // when it completed in the meantime (another thread drove it home after the deadline): its
+  // own outcome stands.
+  bool abandon(const RequestPtr& request, const Error& error);
   void on_complete(RequestImpl& request, Request::Callback callback);
   // Registers the callback only if the request is still pending; false when it is complete.
   bool on_complete_if_pending(RequestImpl& request, Request::Callback callback);

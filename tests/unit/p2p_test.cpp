@@ -333,6 +333,33 @@ TEST(P2pSemantics, SendToSelf) {
   });
 }
 
+// A blocking send to this rank itself that times out mid-transfer (a rendezvous nobody
+// answered) closes the link to self, as it would to another rank: the caller may free the
+// buffer, and a later receive must not be served from it. Before, the self transport ignored
+// the close: the announcement stayed, and the next receive read the freed buffer.
+TEST(P2pSemantics, ASendToSelfThatTimedOutIsNeverServedFromItsBufferLater) {
+  run_ranks(1, [](Communicator& comm) {
+    {
+      const std::vector<unsigned char> out(1 << 20, 0xAB);
+      try {
+        comm.send(out.data(), out.size(), 0, Tag{7}, std::chrono::milliseconds(200));
+        ADD_FAILURE() << "a send to self with no receive completed";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::timeout) << e.what();
+      }
+    }  // the caller frees the buffer
+    std::vector<unsigned char> in(1 << 20, 0);
+    try {
+      comm.recv(in.data(), in.size(), 0, Tag{7}, std::chrono::seconds(2));
+      ADD_FAILURE() << "a receive was served from the abandoned send's freed buffer";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not complete after 200 ms"), std::string::npos)
+          << e.what();  // the link to self failed with the send's timeout
+    }
+    EXPECT_EQ(in[0], 0);
+  });
+}
+
 TEST(P2pSemantics, BadArgumentsAreUsageErrors) {
   run_ranks(2, [](Communicator& comm) {
     char c = 0;
@@ -483,6 +510,34 @@ TEST(P2pBackPressure, TimeoutSaysReadingIsPausedAndHowToGoOn) {
     // Receiving the unexpected messages lets the one behind them in.
     for (int i = 0; i < 10; ++i) comm.recv(buf.data(), buf.size(), 0, Tag{1});
     EXPECT_EQ(comm.recv(buf.data(), buf.size(), 0, Tag{2}).bytes, 8u);
+    char go = 1;
+    comm.send(&go, 1, 0, Tag{3});
+  });
+  ::unsetenv("ANVIEW_UNEXPECTED_BYTES");
+}
+
+// The first message over the budget is held back (reading pauses); a receive posted for that
+// very message afterwards takes it at once. It used to wait for its whole timeout: only
+// receiving an earlier unexpected message resumed reading.
+TEST(P2pBackPressure, AReceivePostedForTheHeldBackMessageTakesIt) {
+  ::setenv("ANVIEW_UNEXPECTED_BYTES", "64K", 1);
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<unsigned char> buf(16384, 1);
+    if (comm.rank() == 0) {
+      // Four messages fill rank 1's budget exactly; the fifth is held back.
+      std::vector<Request> reqs;
+      for (int i = 0; i < 4; ++i) reqs.push_back(comm.isend(buf.data(), buf.size(), 1, Tag{1}));
+      reqs.push_back(comm.isend(buf.data(), buf.size(), 1, Tag{2}));
+      char go = 0;
+      comm.recv(&go, 1, 1, Tag{3});  // rank 1 is done
+      for (auto& r : reqs) r.wait();
+      return;
+    }
+    // Drive progress for a while, so all five arrive and the fifth is held back.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (std::chrono::steady_clock::now() < until) comm.progress();
+    EXPECT_EQ(comm.recv(buf.data(), buf.size(), 0, Tag{2}, std::chrono::seconds(2)).bytes, 16384u);
+    for (int i = 0; i < 4; ++i) comm.recv(buf.data(), buf.size(), 0, Tag{1});
     char go = 1;
     comm.send(&go, 1, 0, Tag{3});
   });

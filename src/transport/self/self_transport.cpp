@@ -10,8 +10,11 @@ SelfTransport::SelfTransport(const TransportContext& context) : context_(context
 }
 
 Capabilities SelfTransport::capabilities() const {
-  return Capabilities{.zero_copy_receive = false, .one_sided = false, .streams = 1,
-                      .latency_us = 0.05, .bandwidth_gbs = 10.0};
+  return Capabilities{.zero_copy_receive = false,
+                      .one_sided = false,
+                      .streams = 1,
+                      .latency_us = 0.05,
+                      .bandwidth_gbs = 10.0};
 }
 
 bool SelfTransport::can_reach(const PeerInfo& peer, std::string* why) const {
@@ -22,6 +25,10 @@ bool SelfTransport::can_reach(const PeerInfo& peer, std::string* why) const {
 
 void SelfTransport::post_send(int, const FrameHeader& header, const void* payload, Ordering,
                               SendDone done) {
+  if (failure_) {
+    if (done) done(&*failure_);
+    return;
+  }
   queue_.push_back(Queued{header, payload, std::move(done)});
   pending_.store(true, std::memory_order_release);
   context_.engine->wakeup();
@@ -55,9 +62,23 @@ bool SelfTransport::deliver() {
   return worked;
 }
 
+void SelfTransport::fail_peer(int peer, const Error& error) {
+  if (failure_) return;
+  failure_ = error;
+  std::deque<Queued> dropped;
+  dropped.swap(queue_);
+  paused_ = false;
+  pending_.store(false, std::memory_order_release);
+  for (auto& q : dropped)
+    if (q.done) q.done(&error);
+  context_.sink->on_peer_failed(peer, error, /*left=*/false);
+}
+
 void SelfTransport::shutdown(base::Deadline) {
-  const Error closed(ErrorKind::link, {.rank = context_.rank, .peer = context_.rank,
-                                       .operation = "send", .cause = "communicator closed"});
+  const Error closed(ErrorKind::link, {.rank = context_.rank,
+                                       .peer = context_.rank,
+                                       .operation = "send",
+                                       .cause = "communicator closed"});
   for (auto& q : queue_)
     if (q.done) q.done(&closed);
   queue_.clear();

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <deque>
+#include <optional>
 
 #include "transport/transport.hpp"
 
@@ -24,7 +25,11 @@ class SelfTransport final : public Transport {
   void post_send(int peer, const FrameHeader& header, const void* payload, Ordering ordering,
                  SendDone done) override;
   void resume(int peer) override;
-  void fail_peer(int, const Error&) override {}
+  // Closes the link to this rank itself (the messenger gives up on a send or receive to self
+  // caught mid-transfer): queued frames are dropped, their senders told, and every pending
+  // operation with this rank fails, so no frame still pointing at a buffer the caller got
+  // back is delivered later. Sends after that fail at once.
+  void fail_peer(int peer, const Error& error) override;
   void shutdown(base::Deadline) override;
   std::string describe_peer(int) const override { return "self (in-process copy)"; }
 
@@ -38,6 +43,7 @@ class SelfTransport final : public Transport {
 
   TransportContext context_;
   std::deque<Queued> queue_;
+  std::optional<Error> failure_;  // set by fail_peer
   bool paused_ = false;
   std::atomic<bool> pending_{false};  // frames to deliver (lock-free hint for the driver)
 };
