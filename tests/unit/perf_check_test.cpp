@@ -11,6 +11,9 @@
 #include "support/thread_ranks.hpp"
 
 namespace anview {
+// Named: a unity build compiles this file together with other tests that have helpers of the
+// same names in their anonymous namespaces.
+namespace perf_check_test {
 namespace {
 
 using perf::CheckCase;
@@ -119,4 +122,5 @@ TEST(PerfCheck, AWrongElementAMisplacedBlockAndAnUnwrittenResultAreCounted) {
 }
 
 }  // namespace
+}  // namespace perf_check_test
 }  // namespace anview
