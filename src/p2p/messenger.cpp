@@ -298,12 +298,10 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
       // Reading from a peer paused on a message over the unexpected budget (on_frame): that
       // message may be this receive's, which takes it over the budget. Resume; a frame that
       // still matches nothing pauses reading again.
-      for (int p = source == any_source ? 0 : source;
-           p < (source == any_source ? config_.world_size : source + 1); ++p) {
-        PeerState& ps = peers_[static_cast<std::size_t>(p)];
-        if (!ps.deferred || ps.transport == nullptr) continue;
-        ps.deferred = false;
-        ps.transport->resume(p);
+      if (source != any_source) {
+        resume_reading(source);
+      } else {
+        for (int p = 0; p < config_.world_size; ++p) resume_reading(p);
       }
     }
     if (!completed_.empty()) take_completed(completed.emplace());

@@ -303,6 +303,8 @@ class Messenger final : public transport::FrameSink,
   // A thread that wants the driver role while the background thread sleeps with it.
   void kick_background();
   void release_unexpected(int peer, std::size_t bytes);
+  // Reading from `peer` paused on a frame over the unexpected budget: try that frame again.
+  void resume_reading(int peer);
   Error request_error(const RequestImpl& request, ErrorKind kind, std::string cause) const;
   std::string describe_wait(const RequestImpl& request) const;
   bool all_remote_peers_failed() const;

@@ -214,10 +214,14 @@ void Messenger::match_unexpected(const RequestPtr& recv, UnexpectedQueue::Iterat
 void Messenger::release_unexpected(int peer, std::size_t bytes) {
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   ps.unexpected_bytes -= std::min(bytes, ps.unexpected_bytes);
-  if (ps.deferred && ps.unexpected_bytes < unexpected_limit_) {
-    ps.deferred = false;
-    if (ps.transport) ps.transport->resume(peer);
-  }
+  if (ps.unexpected_bytes < unexpected_limit_) resume_reading(peer);
+}
+
+void Messenger::resume_reading(int peer) {
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  if (!ps.deferred) return;
+  ps.deferred = false;
+  if (ps.transport) ps.transport->resume(peer);
 }
 
 void Messenger::start_rendezvous_receive(const RequestPtr& recv, int source, std::uint64_t tag,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "support/collective_types.hpp"
 #include "support/thread_ranks.hpp"
 
 namespace anview {
@@ -17,13 +18,9 @@ namespace perf_check_test {
 namespace {
 
 using perf::CheckCase;
+using testing::every_data_type;
+using testing::every_reduce_op;
 using testing::run_ranks;
-
-constexpr DataType all_types[] = {
-    DataType::int8,   DataType::uint8,   DataType::int32,    DataType::uint32,  DataType::int64,
-    DataType::uint64, DataType::float16, DataType::bfloat16, DataType::float32, DataType::float64};
-constexpr ReduceOp all_ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
-                                ReduceOp::avg, ReduceOp::band, ReduceOp::bor, ReduceOp::bxor};
 
 bool is_float(DataType t) {
   return t == DataType::float16 || t == DataType::bfloat16 || t == DataType::float32 ||
@@ -58,11 +55,11 @@ Buffers run_one(Communicator& comm, const CheckCase& c) {
 TEST(PerfCheck, RealCollectivesOfEveryTypeAndOperationHaveNothingWrong) {
   for (const int ranks : {3, 4}) {
     run_ranks(ranks, [&](Communicator& comm) {
-      for (const DataType type : all_types) {
+      for (const DataType type : every_data_type) {
         for (const std::string op :
              {"allreduce", "reduce", "reduce_scatter", "broadcast", "allgather", "alltoall"}) {
           const bool reduction = op == "allreduce" || op == "reduce" || op == "reduce_scatter";
-          for (const ReduceOp redop : all_ops) {
+          for (const ReduceOp redop : every_reduce_op) {
             if (!reduction && redop != ReduceOp::sum) continue;
             if (bitwise(redop) && is_float(type)) continue;
             const CheckCase c{.op = op,

@@ -12,17 +12,15 @@
 
 #include "collectives/reduce.hpp"
 #include "collectives/reduce_kernels.hpp"
+#include "support/collective_types.hpp"
 
 namespace anview {
 namespace {
 
 using collectives::ReduceKernels;
+using testing::every_data_type;
+using testing::every_reduce_op;
 
-const DataType all_types[] = {
-    DataType::int8,   DataType::uint8,   DataType::int32,    DataType::uint32,  DataType::int64,
-    DataType::uint64, DataType::float16, DataType::bfloat16, DataType::float32, DataType::float64};
-const ReduceOp all_ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
-                            ReduceOp::avg, ReduceOp::band, ReduceOp::bor, ReduceOp::bxor};
 const std::size_t lengths[] = {0, 1, 7, 8, 15, 16, 17, 63, 255, 256, 257, 1000, 4099};
 
 // Random values of `type`: floats of mixed sign and magnitude (including halves that round),
@@ -82,8 +80,8 @@ TEST(ReduceKernelSets, EverySetMatchesGenericBitForBit) {
   const auto sets = runnable_sets();
   if (sets.empty()) GTEST_SKIP() << "this CPU runs the generic kernels only";
   std::mt19937 rng(42);
-  for (DataType type : all_types) {
-    for (ReduceOp op : all_ops) {
+  for (DataType type : every_data_type) {
+    for (ReduceOp op : every_reduce_op) {
       if (!collectives::unsupported(type, op).empty()) continue;
       for (std::size_t n : lengths) {
         const auto a = random_values(type, n, rng);

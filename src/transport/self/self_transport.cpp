@@ -65,13 +65,17 @@ bool SelfTransport::deliver() {
 void SelfTransport::fail_peer(int peer, const Error& error) {
   if (failure_) return;
   failure_ = error;
-  std::deque<Queued> dropped;
+  drop_queued(error);
+  context_.sink->on_peer_failed(peer, error, /*left=*/false);
+}
+
+void SelfTransport::drop_queued(const Error& error) {
+  std::deque<Queued> dropped;  // out of the queue first: a sender's callback may post again
   dropped.swap(queue_);
   paused_ = false;
   pending_.store(false, std::memory_order_release);
   for (auto& q : dropped)
     if (q.done) q.done(&error);
-  context_.sink->on_peer_failed(peer, error, /*left=*/false);
 }
 
 void SelfTransport::shutdown(base::Deadline) {
@@ -79,9 +83,7 @@ void SelfTransport::shutdown(base::Deadline) {
                                        .peer = context_.rank,
                                        .operation = "send",
                                        .cause = "communicator closed"});
-  for (auto& q : queue_)
-    if (q.done) q.done(&closed);
-  queue_.clear();
+  drop_queued(closed);
 }
 
 }  // namespace anview::transport::self

@@ -40,6 +40,8 @@ class SelfTransport final : public Transport {
     SendDone done;
   };
   bool deliver();
+  // Empties the queue, telling each frame's sender `error`.
+  void drop_queued(const Error& error);
 
   TransportContext context_;
   std::deque<Queued> queue_;
