@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <functional>
 
 #include "base/progress_engine.hpp"
 #include "support/expect_error.hpp"
@@ -208,6 +211,98 @@ TEST_P(UcxTraffic, CollectivesAndOneSided) {
     EXPECT_EQ(back, out);
     comm.barrier();
   });
+}
+
+// What the two tests below share: a 64 MiB message from rank 0 to rank 1 that one side gives
+// up on after 10 ms. Both buffers outlive the communicators: a late access shows as wrong
+// bytes, not as a crash.
+struct GivenUpTransfer {
+  static constexpr std::size_t bytes = 64u << 20;
+  std::vector<unsigned char> out = std::vector<unsigned char>(bytes, 0x5A);
+  std::vector<unsigned char> in = std::vector<unsigned char>(bytes, 0);
+  std::atomic<bool> timed_out{false};
+
+  void give_up(const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::timeout) << e.what();
+      timed_out = true;
+    }
+  }
+  static std::ptrdiff_t bytes_other_than(const std::vector<unsigned char>& v, unsigned char c) {
+    return std::count_if(v.begin(), v.end(), [c](unsigned char b) { return b != c; });
+  }
+};
+
+// A receive that times out while UCX is still landing its payload closes the link to the
+// sender, and the caller may then reuse or free the buffer: nothing may write it after recv()
+// has thrown. Rank 1 gives up on rank 0's message, fills its buffer, and keeps its UCX worker
+// busy with rank 2 for a while; then the buffer must be as it left it. Before, UCX went on
+// landing the whole message.
+TEST_P(UcxTraffic, AReceiveThatTimedOutMidTransferIsNotWrittenAfterward) {
+  GivenUpTransfer t;
+  run_ranks(3, [&](Communicator& comm) {
+    char signal = 0;
+    if (comm.rank() == 0) {
+      Request send = comm.isend(t.out.data(), t.out.size(), 1, Tag{1});
+      comm.recv(&signal, 1, 2, Tag{2});  // progresses the send meanwhile
+      return;                            // closing fails the send if it has not ended
+    }
+    if (comm.rank() == 2) {
+      for (char more = 1; more != 0;) {
+        comm.recv(&more, 1, 1, Tag{3});
+        comm.send(&more, 1, 1, Tag{3});
+      }
+      comm.send(&signal, 1, 0, Tag{2});
+      return;
+    }
+    t.give_up(
+        [&] { comm.recv(t.in.data(), t.in.size(), 0, Tag{1}, std::chrono::milliseconds(10)); });
+    std::memset(t.in.data(), 0xEE, t.in.size());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    for (char more = 1; more != 0;) {
+      more = std::chrono::steady_clock::now() < until ? 1 : 0;
+      comm.send(&more, 1, 2, Tag{3});
+      comm.recv(&more, 1, 2, Tag{3});
+    }
+    EXPECT_EQ(GivenUpTransfer::bytes_other_than(t.in, 0xEE), 0)
+        << "bytes written into the buffer after the receive gave up";
+  });
+  if (!t.timed_out) GTEST_SKIP() << "the message arrived within 10 ms";
+}
+
+// The sending side: a send that times out mid-transfer must not leave the receiver reading
+// its buffer (UCX's rendezvous gets it from the sender's memory) once send() has thrown. Rank
+// 0 gives up and overwrites its buffer; whatever rank 1 receives without an error must be the
+// message as it was. (Before, this failed in about one run in four.)
+TEST_P(UcxTraffic, ASendThatTimedOutMidTransferIsNotReadAfterward) {
+  GivenUpTransfer t;
+  run_ranks(3, [&](Communicator& comm) {
+    char signal = 0;
+    if (comm.rank() == 0) {
+      t.give_up(
+          [&] { comm.send(t.out.data(), t.out.size(), 1, Tag{1}, std::chrono::milliseconds(10)); });
+      std::memset(t.out.data(), 0x11, t.out.size());
+      comm.recv(&signal, 1, 2, Tag{2});
+      return;
+    }
+    if (comm.rank() == 2) {
+      comm.recv(&signal, 1, 1, Tag{3});
+      comm.send(&signal, 1, 0, Tag{2});
+      return;
+    }
+    try {
+      const Status s = comm.recv(t.in.data(), t.in.size(), 0, Tag{1}, std::chrono::seconds(3));
+      EXPECT_EQ(s.bytes, GivenUpTransfer::bytes);
+      EXPECT_EQ(GivenUpTransfer::bytes_other_than(t.in, 0x5A), 0)
+          << "a message received without error holds bytes written after its send gave up";
+    } catch (const Error&) {
+      // The sender closed the link: the message is lost, as it should be.
+    }
+    comm.send(&signal, 1, 2, Tag{3});
+  });
+  if (!t.timed_out) GTEST_SKIP() << "the message went within 10 ms";
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcxTraffic, ::testing::Values("tcp", "sm"),

@@ -43,6 +43,9 @@ class Connection {
   bool hello_received() const { return hello_received_; }
   bool goodbye_received() const { return goodbye_received_; }
   std::size_t sends_in_flight() const { return sends_.size(); }
+  std::size_t receives_in_flight() const { return receives_.size(); }
+  // UCX holds no send or receive of this connection any more.
+  bool settled() const { return sends_.empty() && receives_.empty(); }
 
   // Creates the endpoint from the peer's worker address (UCX connects lazily) and sends our
   // hello. False with the reason when UCX refuses the address. `watched`: the peer's process
@@ -78,7 +81,8 @@ class Connection {
   // Closes a failed connection's endpoint without waiting for the peer; true if it did now.
   // UCX's request for that close, if any, goes to `requests` (the caller frees it once done).
   bool close_endpoint(std::vector<void*>& requests);
-  // The transport is being destroyed: completions still to come call no one.
+  // The transport is being destroyed, or UCX would not end them: completions still to come
+  // call no one.
   void abandon();
 
   std::unique_ptr<base::ProcessWatch> exit_watch;

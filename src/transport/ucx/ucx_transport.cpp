@@ -16,6 +16,10 @@ namespace {
 // that is about to be answered spins a little first.
 constexpr unsigned arm_after_idle_rounds = 1024;
 
+// How long closing a link waits for UCX to end the link's sends and receives (a forced close
+// cancels them at once; this bounds a UCX that does not).
+constexpr auto quiesce_limit = std::chrono::seconds(2);
+
 const base::Setting rma_setting(
     "ucx", "ANVIEW_UCX_RMA", "auto",
     "One-sided put/get to peers on other hosts over ucx: native (UCP RMA on memory registered "
@@ -144,7 +148,7 @@ UcxTransport::~UcxTransport() {
   }
   const base::Deadline deadline = base::Clock::now() + std::chrono::seconds(2);
   while (!close_requests_.empty() && base::Clock::now() < deadline) {
-    if (ucp_worker_progress(worker_->get()) == 0) std::this_thread::yield();
+    if (progress_worker() == 0) std::this_thread::yield();
     reap_close_requests();
   }
   for (void* request : close_requests_) ucp_request_free(request);
@@ -393,7 +397,7 @@ void UcxTransport::protocol_error(int peer, const std::string& cause) {
 }
 
 void UcxTransport::on_endpoint_error(int peer, ucs_status_t status) {
-  // Inside ucp_worker_progress: the link fails now, its endpoint is closed after progress.
+  // Inside ucp_worker_progress: the link fails now, poll() closes it after progress.
   Connection* conn = link(peer);
   if (conn == nullptr || conn->failed()) return;
   if (conn->goodbye_received()) {
@@ -421,7 +425,7 @@ void UcxTransport::on_peer_process_exit(int peer) {
   Connection* conn = link(peer);
   if (conn == nullptr || conn->failed()) return;
   // Whatever it sent before it died may still be in UCX's queues: take it first.
-  for (int i = 0; i < 16 && ucp_worker_progress(worker_->get()) > 0; ++i) {
+  for (int i = 0; i < 16 && progress_worker() > 0; ++i) {
   }
   if (conn->failed()) return;
   if (conn->goodbye_received()) {
@@ -443,9 +447,58 @@ void UcxTransport::fail_link(int peer, const Error& error) {
   const bool quiet = closing_ || left;
   base::log("ucx", quiet ? base::LogLevel::debug : base::LogLevel::error,
             quiet ? "ucx: link closed: " : "", error.what());
-  conn->close(error);  // the endpoint itself is closed by poll(), outside UCX's callbacks
+  conn->close(error);
   attention_ = true;
-  if (!closing_) context_.sink->on_peer_failed(peer, error, left);
+  if (closing_) return;  // shutdown() quiesces every link
+  if (progressing_) {
+    // Inside UCX's callbacks, which cannot progress the worker: poll() quiesces the link
+    // right after, then tells the sink.
+    unreported_.push_back(Unreported{.peer = peer, .error = error, .left = left});
+    return;
+  }
+  quiesce(*conn, error.kind() != ErrorKind::peer_lost, base::Clock::now() + quiesce_limit);
+  context_.sink->on_peer_failed(peer, error, left);
+}
+
+void UcxTransport::report_failures() {
+  while (!unreported_.empty()) {
+    std::vector<Unreported> failures;
+    failures.swap(unreported_);
+    for (const Unreported& f : failures) {
+      quiesce(*link(f.peer), f.error.kind() != ErrorKind::peer_lost,
+              base::Clock::now() + quiesce_limit);
+      if (!closing_) context_.sink->on_peer_failed(f.peer, f.error, f.left);
+    }
+  }
+}
+
+unsigned UcxTransport::progress_worker() {
+  progressing_ = true;
+  const unsigned events = ucp_worker_progress(worker_->get());
+  progressing_ = false;
+  return events;
+}
+
+void UcxTransport::quiesce(Connection& conn, bool peer_lives, base::Deadline deadline) {
+  auto progress_until_settled = [&] {
+    while (!conn.settled() && base::Clock::now() < deadline) {
+      if (progress_worker() == 0) std::this_thread::yield();
+    }
+  };
+  // A live peer may still be reading our buffers (UCX's rendezvous gets them from here) and
+  // writing into our receive buffers: let those transfers end first. UCX cannot cancel a
+  // receive landing through ucp_am_recv_data_nbx, and a forced close cancels a send here
+  // while the peer may still read its buffer.
+  if (peer_lives) progress_until_settled();
+  conn.close_endpoint(close_requests_);  // forced: UCX fails what is left
+  progress_until_settled();
+  if (conn.settled()) return;
+  base::log("ucx", base::LogLevel::error, "ucx: rank ", context_.rank, " closed its link to rank ",
+            conn.peer(), " but UCX still holds ", conn.sends_in_flight(), " sends and ",
+            conn.receives_in_flight(),
+            " receives of it; their completions are ignored, and UCX may still touch "
+            "their buffers");
+  conn.abandon();
 }
 
 void UcxTransport::fail_peer(int peer, const Error& error) {
@@ -465,8 +518,12 @@ void UcxTransport::reap_close_requests() {
 }
 
 bool UcxTransport::poll() {
-  const unsigned events = ucp_worker_progress(worker_->get());
+  const unsigned events = progress_worker();
   bool worked = events > 0;
+  if (!unreported_.empty()) {
+    report_failures();
+    worked = true;
+  }
   if (attention_) {  // a goodbye came or a link failed: look at every link once
     attention_ = false;
     for (auto& l : peers_) {
@@ -481,7 +538,8 @@ bool UcxTransport::poll() {
         }
         worked = true;
       }
-      if (conn->failed() && conn->close_endpoint(close_requests_)) worked = true;
+      if (conn->failed() && conn->close_endpoint(close_requests_))
+        worked = true;  // a setup failure
     }
   }
   if (!close_requests_.empty()) reap_close_requests();
@@ -547,7 +605,7 @@ void UcxTransport::shutdown(base::Deadline deadline) {
   for (auto& l : peers_) {
     if (!l.conn) continue;
     l.conn->close(closed);
-    l.conn->close_endpoint(close_requests_);
+    quiesce(*l.conn, false, deadline);  // nothing lands in a receive buffer after shutdown
   }
   progress_for(deadline, [this] {
     reap_close_requests();

@@ -84,7 +84,8 @@ class UcxTransport final : public Transport, public RemoteAccess, private base::
   bool closing() const { return closing_; }
   ErrorContext error_context(int peer, const std::string& operation) const;
   void on_endpoint_error(int peer, ucs_status_t status);
-  // The link to `peer` cannot go on: closes it (once) and tells the sink.
+  // The link to `peer` cannot go on: closes it (once), quiesces it, and tells the sink. Inside
+  // UCX's callbacks the last two wait for poll(), right after the worker's progress.
   void fail_link(int peer, const Error& error);
 
  private:
@@ -110,6 +111,15 @@ class UcxTransport final : public Transport, public RemoteAccess, private base::
   void reap_close_requests();
   void protocol_error(int peer, const std::string& cause);
   void progress_for(base::Deadline deadline, const std::function<bool()>& done);
+  // ucp_worker_progress, noting that UCX's callbacks (and what they call) run inside it.
+  unsigned progress_worker();
+  // For a closed link: progresses until UCX has ended every send and receive of it (for a
+  // peer that `peer_lives`, before the endpoint's forced close cancels what is left), so no
+  // buffer of an operation the sink is about to fail is read or written afterwards. Never
+  // inside UCX's callbacks.
+  void quiesce(Connection& conn, bool peer_lives, base::Deadline deadline);
+  // The links that failed inside UCX's callbacks: quiesced, then told to the sink.
+  void report_failures();
   Connection* link(int peer) const;
 
   TransportContext context_;
@@ -122,6 +132,13 @@ class UcxTransport final : public Transport, public RemoteAccess, private base::
   bool native_rma_ = false;  // remote_access() for peers on other hosts (ANVIEW_UCX_RMA)
   std::unordered_map<std::uint64_t, ucp_mem_h> exposed_;  // by region token
   std::vector<void*> close_requests_;
+  struct Unreported {
+    int peer;
+    Error error;
+    bool left;
+  };
+  std::vector<Unreported> unreported_;
+  bool progressing_ = false;                      // inside ucp_worker_progress
   alignas(8) std::uint64_t probe_ = probe_value;  // read by same-host peers to test CMA
   unsigned idle_rounds_ = 0;
   bool armed_ = false;
