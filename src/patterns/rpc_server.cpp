@@ -182,14 +182,19 @@ bool RpcServerImpl::handle_frame(const std::shared_ptr<RpcEndpoint>& endpoint, i
   call->deadline = frame.deadline_ms > 0 ? std::chrono::steady_clock::now() +
                                                std::chrono::milliseconds(frame.deadline_ms)
                                          : std::chrono::steady_clock::time_point::max();
-  Message request;
+  auto request = std::make_shared<Message>();
   auto parts =
-      receive_body(endpoint->comm, peer, rpc::request_data_tag(frame.call_id), frame, request);
+      receive_body(endpoint->comm, peer, rpc::request_data_tag(frame.call_id), frame, *request);
   for (auto& part : parts) {
     try {
       part.wait(timeout_);
     } catch (const Error& e) {
-      // The client failed mid-request (or sent parts that do not fit): nobody to answer.
+      // The client failed mid-request (or sent parts that do not fit): nobody to answer. The
+      // parts still posted may land later: those not started are cancelled, the others keep
+      // the request's buffers alive until they end.
+      for (auto& rest : parts) {
+        if (!rest.cancel()) rest.on_complete([request](const Status&, const Error*) {});
+      }
       call->answered.store(true);
       base::log("rpc", base::LogLevel::info, "request '", call->method, "' of ",
                 endpoint->peer_name(peer), " not received: ", e.what());
@@ -200,7 +205,7 @@ bool RpcServerImpl::handle_frame(const std::shared_ptr<RpcEndpoint>& endpoint, i
     std::lock_guard lock(endpoint->mu);
     endpoint->running[{peer, call->id}] = call;
   }
-  dispatch(std::move(call), std::move(request));
+  dispatch(std::move(call), std::move(*request));
   return true;
 }
 

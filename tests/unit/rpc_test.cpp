@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "anview/anview.hpp"
+#include "patterns/rpc_frame.hpp"
 #include "support/thread_ranks.hpp"
 
 namespace anview {
@@ -358,6 +359,43 @@ TEST(Rpc, ServerOverACommunicatorServesTheOtherRanks) {
       }
       comm.barrier();
     }
+  });
+}
+
+// A request whose body comes after the server stopped waiting for it: the server gives up on
+// the call, and the body's receive must not land in the request it dropped. Before, the
+// receive stayed posted and the late body was copied into freed memory (ASan: heap use after
+// free). Rank 1 plays a client by hand, sending the frame and its 4 KiB tensor apart.
+TEST(Rpc, ABodyThatComesAfterTheServerGaveUpIsNotWrittenIntoTheDroppedRequest) {
+  namespace rpc = patterns::rpc;
+  testing::run_ranks(2, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      RpcServer server = RpcServer::serve(comm, {.connect_timeout = 100ms});
+      server.add_method("sum", [](const CallContext&, const Message& m) {
+        const auto* v = static_cast<const float*>(m.tensors().at(0).data);
+        return Message(std::to_string(std::accumulate(v, v + 1024, 0.0f)));
+      });
+      comm.barrier();  // methods are registered
+      comm.barrier();  // the client is done
+      server.shutdown();
+      return;
+    }
+    comm.barrier();
+    const auto values = iota_floats(1024, 0.0f);
+    Message late;
+    late.add_tensor({.dtype = DataType::float32, .shape = {1024}, .data = values.data()});
+    const std::uint64_t id = rpc::max_call_id - 1;  // far from the ids RpcClient uses
+    const auto frame =
+        rpc::encode(rpc::Kind::request, 0, rpc::ReplyStatus::ok, id, 0, 1024, "sum", late, false);
+    comm.send(frame.data(), frame.size(), 0, rpc::request_tag);
+    std::this_thread::sleep_for(400ms);  // the server waits 100 ms for the body
+    comm.send(values.data(), values.size() * sizeof(float), 0, rpc::request_data_tag(id));
+    // The server goes on serving.
+    RpcClient client = RpcClient::over(comm, 0);
+    Message request;
+    request.add_tensor({.dtype = DataType::float32, .shape = {1024}, .data = values.data()});
+    EXPECT_EQ(client.call_sync("sum", request).text(), "523776.000000");
+    comm.barrier();
   });
 }
 
