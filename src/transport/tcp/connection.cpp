@@ -411,6 +411,13 @@ void Connection::fail(ErrorKind kind, const std::string& cause, int err) {
   owner_.on_connection_error(*this, Error(kind, std::move(context)));
 }
 
+bool Connection::wait_for_any_byte() {
+  // A threshold set while an earlier payload was arriving must not outlive it: the next frame
+  // may be smaller (a paused stream resumes, a read that filled the buffers meets EAGAIN).
+  set_low_watermark(1);
+  return true;
+}
+
 void Connection::set_low_watermark(std::size_t bytes) {
   if (bytes == low_watermark_) return;
   const int value = static_cast<int>(bytes);
@@ -531,7 +538,7 @@ bool Connection::read_frames() {
                                        "-byte frame");
         return false;
       }
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return wait_for_any_byte();
       if (errno == EINTR) continue;
       fail(ErrorKind::peer_lost, "readv() failed", errno);
       return false;
@@ -545,10 +552,7 @@ bool Connection::read_frames() {
       rx_head_ = 0;
       rx_tail_ = buffered;
     }
-    if (socket_drained_ && !must_accept_) {
-      set_low_watermark(1);  // a header may be all that comes
-      return true;
-    }
+    if (socket_drained_ && !must_accept_) return wait_for_any_byte();  // a header may be all
     const ssize_t n = receive(rx_.get() + rx_tail_, rx_capacity - rx_tail_);
     if (n > 0) {
       // A short read emptied the socket: parse what we have and wait for the next readiness
@@ -571,7 +575,7 @@ bool Connection::read_frames() {
       }
       return false;
     }
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return wait_for_any_byte();
     if (errno == EINTR) continue;
     fail(ErrorKind::peer_lost, "recv() failed", errno);
     return false;

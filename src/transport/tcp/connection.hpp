@@ -188,6 +188,7 @@ class Connection final : public base::FdHandler {
   // err EPROTO through TLS: a protocol error with the session's reason instead.
   void fail(ErrorKind kind, const std::string& cause, int err = 0);
   void set_low_watermark(std::size_t bytes);  // SO_RCVLOWAT, only when it changes
+  bool wait_for_any_byte();                   // the socket is empty: wake at the next byte
 
   TcpTransport& owner_;
   base::Fd fd_;
