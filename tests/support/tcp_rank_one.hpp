@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/progress_engine.hpp"
 #include "base/socket.hpp"
@@ -25,6 +26,24 @@
 #include "transport/tcp/tcp_transport.hpp"
 
 namespace anview::testing {
+
+// A sink for TcpRankOne that takes every frame into one buffer, unless told to hold them back
+// (as the p2p layer does past its unexpected-message budget), and counts what it took.
+struct TakingSink final : transport::FrameSink {
+  bool hold = false;
+  int started = 0;
+  int done = 0;
+  std::vector<char> landing;
+
+  transport::Landing on_frame(int, const transport::FrameHeader& h, bool may_defer) override {
+    if (hold && may_defer) return {.data = nullptr, .defer = true};
+    ++started;
+    landing.resize(h.payload_bytes);
+    return {.data = landing.data(), .defer = false};
+  }
+  void on_frame_done(int, const transport::FrameHeader&, void*) override { ++done; }
+  void on_peer_failed(int, const Error&, bool) override {}
+};
 
 class TcpRankOne {
  public:

@@ -14,18 +14,9 @@ namespace anview::transport::tcp {
 namespace {
 
 using anview::testing::ScopedEnv;
+using anview::testing::TakingSink;
 using anview::testing::TcpRankOne;
 using namespace std::chrono_literals;
-
-struct NullSink final : FrameSink {
-  std::vector<char> landing;
-  Landing on_frame(int, const FrameHeader& h, bool) override {
-    landing.resize(h.payload_bytes);
-    return {.data = landing.data(), .defer = false};
-  }
-  void on_frame_done(int, const FrameHeader&, void*) override {}
-  void on_peer_failed(int, const Error&, bool) override {}
-};
 
 // A peer's hello that arrived just before a flood of idle connections, all accepted in one
 // round: the oldest pending connection gives way only after one read, so the peer is admitted
@@ -34,7 +25,7 @@ TEST(TcpAdmission, AHelloThatArrivedBeforeAFloodIsServedFirst) {
   const ScopedEnv streams("ANVIEW_TCP_STREAMS", "1");
   const ScopedEnv ifaces("ANVIEW_IFACES", "lo");
   const ScopedEnv pending("ANVIEW_MAX_PENDING_CONNECTIONS", "1");
-  NullSink sink;
+  TakingSink sink;
   TcpRankOne rank1(sink, 7);
   const base::Fd peer = rank1.connect();
   ASSERT_TRUE(peer.valid());

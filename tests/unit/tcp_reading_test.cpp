@@ -16,25 +16,9 @@ namespace anview::transport::tcp {
 namespace {
 
 using anview::testing::ScopedEnv;
+using anview::testing::TakingSink;
 using anview::testing::TcpRankOne;
 using namespace std::chrono_literals;
-
-// Takes every frame unless told to hold them back (as the p2p layer does past its
-// unexpected-message budget); counts what it took.
-struct HoldingSink final : FrameSink {
-  bool hold = false;
-  int started = 0;
-  int done = 0;
-  std::vector<char> landing;
-  Landing on_frame(int, const FrameHeader& h, bool may_defer) override {
-    if (hold && may_defer) return {.data = nullptr, .defer = true};
-    ++started;
-    landing.resize(h.payload_bytes);
-    return {.data = landing.data(), .defer = false};
-  }
-  void on_frame_done(int, const FrameHeader&, void*) override { ++done; }
-  void on_peer_failed(int, const Error&, bool) override {}
-};
 
 void send_bytes(int fd, const void* data, std::size_t bytes) {
   ASSERT_EQ(::send(fd, data, bytes, MSG_NOSIGNAL), static_cast<ssize_t>(bytes));
@@ -58,7 +42,7 @@ std::vector<char> frame_bytes(std::uint32_t payload_bytes, std::uint64_t tag) {
 TEST(TcpReading, AFrameAfterAHeldBackOneWakesTheStreamWhateverItsSize) {
   const ScopedEnv streams("ANVIEW_TCP_STREAMS", "1");
   const ScopedEnv ifaces("ANVIEW_IFACES", "lo");
-  HoldingSink sink;
+  TakingSink sink;
   TcpRankOne rank1(sink, 11);
   const base::Fd peer = rank1.connect();
   ASSERT_TRUE(peer.valid());
