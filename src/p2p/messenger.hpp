@@ -259,6 +259,10 @@ class Messenger final : public transport::FrameSink,
   transport::Landing on_rma_frame(int peer, const transport::FrameHeader& header);
   void on_rma_frame_done(int peer, const transport::FrameHeader& header);
   void finish_rma(int peer, std::uint64_t id, std::optional<Error> error);
+  // Completes `op`, or for a put whose chunks the transport still holds, keeps the outcome
+  // until the last chunk is let go (complete_answered()).
+  void hold_or_complete(const RequestPtr& op, std::optional<Error> outcome);
+  void complete_answered(const RequestPtr& op);
   void settle_flushes(PeerState& ps);
   void fail_rma(PeerState& ps, const Error& error);
   void reject_rma(int peer, FrameType type, std::uint64_t id, RmaReject why);

@@ -29,13 +29,26 @@ namespace {
 constexpr int background_sleep_ms = 50;
 constexpr auto background_back_off = std::chrono::milliseconds(2);
 
-// allocate_memory's segments: a header page (the token, checked by peers that map the
-// segment before they copy), then the region.
+// allocate_memory's segments: a header page, then the region. The header holds the token
+// (0 once deregistered), the region's address in its owner and its size: a peer that maps the
+// segment checks its key against them before it copies (the key may have been altered; the
+// header is the owner's word). Address and size are written before the token is published.
 constexpr std::size_t segment_header_bytes = 4096;
 constexpr std::size_t max_mappings = 4096;
 
 std::atomic_ref<std::uint64_t> header_token(char* segment) {
   return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(segment));
+}
+std::uint64_t& header_address(char* segment) {
+  return reinterpret_cast<std::uint64_t*>(segment)[1];
+}
+std::uint64_t& header_bytes(char* segment) {
+  return reinterpret_cast<std::uint64_t*>(segment)[2];
+}
+// The segment still holds the region `key` names, as the key describes it.
+bool segment_matches(char* segment, const RemoteKey& key) {
+  return header_token(segment).load(std::memory_order_acquire) == key.token &&
+         header_address(segment) == key.address && header_bytes(segment) == key.bytes;
 }
 
 // A large copy in pieces: one memcpy of many megabytes switches to non-temporal stores,
@@ -127,6 +140,8 @@ RemoteKey Messenger::add_region(void* data, std::size_t bytes,
                     .fd = -1};
     if (segment) {
       key.fd = segment->fd();
+      header_address(segment->data()) = record.address;
+      header_bytes(segment->data()) = record.bytes;
       header_token(segment->data()).store(record.token, std::memory_order_release);
       segments_.emplace(record.token, std::move(segment));
     }
@@ -169,6 +184,9 @@ std::shared_ptr<char> Messenger::mapping(const transport::PeerMemory& memory,
   std::string why;
   std::shared_ptr<char> mapped =
       memory.map(key.fd, segment_header_bytes + std::max<std::uint64_t>(key.bytes, 1), &why);
+  // Mapped as large as the key says: kept only if the owner's header says the same (a key
+  // altered to a larger size must not leave a mapping that later keys trust).
+  if (mapped && !segment_matches(mapped.get(), key)) return nullptr;
   if (!mapped) {
     base::log("p2p", base::LogLevel::info, "rank ", key.rank,
               "'s allocated region is not mappable here (", why,
@@ -264,6 +282,11 @@ RequestPtr Messenger::issue_rma(const RequestPtr& op, const RemoteKey& key, std:
         mapped ? mapped_rma(*op, mapped.get(), key, offset) : direct_rma(*op, *direct, key, offset);
     if (error) {
       Lock lock(mu_);
+      // The owner's process is gone (the copy found it so before the link did): every later
+      // operation with it fails the same way from now on, flushes included.
+      PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+      if (error->kind() == ErrorKind::peer_lost && !ps.failure && ps.transport != nullptr)
+        ps.transport->fail_peer(peer, *error);
       finish_now(std::move(error));
       take_completed(completed);
     } else {
@@ -314,7 +337,7 @@ std::optional<Error> Messenger::direct_rma(RequestImpl& op, const transport::Pee
 
 std::optional<Error> Messenger::mapped_rma(RequestImpl& op, char* segment, const RemoteKey& key,
                                            std::uint64_t offset) {
-  if (header_token(segment).load(std::memory_order_acquire) != key.token) {
+  if (!segment_matches(segment, key)) {
     Lock lock(mu_);
     mappings_.erase(std::make_pair(key.rank, key.token));
     return rma_error(op, ErrorKind::usage, stale_cause(key.rank));
@@ -353,19 +376,31 @@ void Messenger::emulate_rma(const RequestPtr& op, const RemoteKey& key, std::uin
   }
   const std::size_t bytes = op->send_bytes;
   const std::size_t chunk = chunk_bytes(peer);
-  for (std::size_t done = 0; done < bytes; done += chunk) {
+  // Each chunk points into the caller's buffer until the transport is done with it: the put
+  // completes only after the last chunk's SendDone (finish_rma holds its outcome till then),
+  // even when the owner refused it at the first chunk.
+  for (std::size_t done = 0; done < bytes && !op->answered; done += chunk) {
     transport::FrameHeader h;
     h.type = static_cast<std::uint8_t>(FrameType::put);
     h.payload_bytes = static_cast<std::uint32_t>(std::min(chunk, bytes - done));
     h.tag = key.token;
     h.id = id;
     h.arg = offset + done;
+    ++op->chunks_pending;
     send_frame(peer, h, op->send_data + done, transport::Ordering::any_stream,
-               [this, peer, id](const Error* e) {
+               [this, peer, id, op](const Error* e) {
+                 --op->chunks_pending;
                  if (e) finish_rma(peer, id, e->for_operation("put", std::nullopt));
+                 if (op->chunks_pending == 0 && op->answered) complete_answered(op);
                });
-    if (op->phase == RequestImpl::Phase::complete) return;
   }
+}
+
+void Messenger::complete_answered(const RequestPtr& op) {
+  op->answered = false;
+  std::optional<Error> outcome = std::move(op->error);
+  op->error.reset();
+  complete(op, std::move(outcome));
 }
 
 void Messenger::reject_rma(int peer, FrameType type, std::uint64_t id, RmaReject why) {
@@ -529,8 +564,19 @@ void Messenger::finish_rma(int peer, std::uint64_t id, std::optional<Error> erro
     }
     if (!reported && !ps.rma_failure) ps.rma_failure = error;
   }
-  complete(std::move(op), std::move(error));
+  hold_or_complete(op, std::move(error));
   settle_flushes(ps);
+}
+
+void Messenger::hold_or_complete(const RequestPtr& op, std::optional<Error> outcome) {
+  if (op->chunks_pending == 0) {
+    complete(op, std::move(outcome));
+    return;
+  }
+  // A put whose chunks the transport still holds: its outcome waits for the last SendDone.
+  if (op->answered) return;  // the first outcome stands
+  op->answered = true;
+  op->error = std::move(outcome);
 }
 
 void Messenger::settle_flushes(PeerState& ps) {
@@ -549,8 +595,17 @@ void Messenger::settle_flushes(PeerState& ps) {
 
 void Messenger::fail_rma(PeerState& ps, const Error& error) {
   ps.native_keys.clear();  // their waiting operations are among ps.rma
+  // Operations lost with the peer that no flush waits for yet, and native puts never
+  // flushed: the next flush reports them (a flush must not say they are in place).
+  bool lost = ps.native_unflushed;
   ps.native_unflushed = false;
-  for (auto& [id, op] : ps.rma) complete(op, error.for_operation(rma_name(op->kind), std::nullopt));
+  for (auto& [id, op] : ps.rma) {
+    bool covered = false;
+    for (const auto& f : ps.flushes) covered = covered || id < f->before;
+    lost = lost || !covered;
+    hold_or_complete(op, error.for_operation(rma_name(op->kind), std::nullopt));
+  }
+  if (lost && !ps.rma_failure) ps.rma_failure = error.for_operation("flush", std::nullopt);
   ps.rma.clear();
   for (auto& f : ps.flushes) {
     if (!f->error) f->error = error.for_operation("flush", std::nullopt);
@@ -583,6 +638,9 @@ RequestPtr Messenger::flush(int peer) {
         if (!f->error) f->error = std::move(ps.rma_failure);
         ps.rma_failure.reset();
       }
+      // A flush of a lost peer's operations fails like any later operation with it.
+      if (p == peer && ps.failure && !f->error)
+        f->error = ps.failure->for_operation("flush", std::nullopt);
       if (ps.rma.empty() || ps.rma.begin()->first >= f->before) continue;
       ps.flushes.push_back(f);
       ++f->peers_left;

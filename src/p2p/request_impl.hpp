@@ -49,6 +49,9 @@ class RequestImpl {
   const char* send_data = nullptr;
   std::size_t send_bytes = 0;
   std::size_t chunks_pending = 0;
+  // put: its outcome came (in `error`) while the transport still held chunks of it; it
+  // completes when the last one is let go.
+  bool answered = false;
   // recv, get (expected and received also count a put's acknowledged bytes)
   char* recv_data = nullptr;
   std::size_t capacity = 0;

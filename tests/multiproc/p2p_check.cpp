@@ -2125,6 +2125,14 @@ std::string rma_kill(Job& job) {
                job.comm().get(local.data(), 8, keys[static_cast<std::size_t>(victim)]).wait();
              }),
              me, victim, "get", "a get from the killed rank, later");
+  // A flush cannot say that operations with the killed rank are in place: the first reports
+  // the first failure since the last flush (the get's), later ones fail like any later
+  // operation with it (before, they succeeded).
+  const auto first_flush = error_of([&] { job.comm().flush(victim).wait(); });
+  require(first_flush && first_flush->kind() == ErrorKind::peer_lost,
+          "a flush after operations with the killed rank failed did not fail with peer_lost");
+  check_lost(error_of([&] { job.comm().flush(victim).wait(); }), me, victim, "flush",
+             "a flush of the killed rank, later");
   job.leave(n - 1);
   return cat("puts and gets to the killed rank failed with peer_lost after ", after, " s");
 }

@@ -276,6 +276,59 @@ TEST_P(OneSided, AFlushReportsTheFailureOfAnOperationItCovers) {
   });
 }
 
+// A put refused at its first chunk (a stale key) completes only once the transport has let go
+// of all its chunks: the caller frees the 8 MiB buffer as soon as wait() returns. Before, the
+// refusal completed it while later chunks still waited in the transport's queue, pointing
+// into the buffer (ASan: heap-use-after-free in the shm ring's copy, on the emulated paths).
+TEST_P(OneSided, ARefusedPutLetsGoOfItsBufferBeforeItCompletes) {
+  run(2, [&](Communicator& comm) {
+    std::vector<unsigned char> memory(4096, 0);
+    MemoryRegion region = comm.register_memory(memory.data(), memory.size());
+    auto keys = exchange_keys(comm, region);
+    region.deregister();
+    others_are_done(comm);
+    const int peer = 1 - comm.rank();
+    RemoteKey stale = keys[static_cast<std::size_t>(peer)];
+    stale.bytes = 8u << 20;  // so the initiator's range check passes
+    {
+      auto out = std::make_unique<std::vector<unsigned char>>(stale.bytes, 0x99);
+      const Error e = expect_error([&] { comm.put(out->data(), out->size(), stale).wait(); });
+      EXPECT_EQ(e.kind(), ErrorKind::usage) << e.what();
+    }  // the buffer is freed
+    EXPECT_EQ(expect_error([&] { comm.flush().wait(); }).kind(), ErrorKind::usage);
+    others_are_done(comm);  // the transports go on moving whatever they still hold
+    for (unsigned char b : memory) ASSERT_EQ(b, 0);
+  });
+}
+
+// A key whose size the caller enlarged is refused on every path, and nothing is written. On
+// the mapped path (an allocated region under cross-memory attach) the initiator trusted the
+// key's size once it had mapped the region: a put past the region's end wrote past the end of
+// its own mapping (a crash, or another mapping's memory).
+TEST_P(OneSided, AKeyEnlargedByTheCallerIsRefusedAndNothingIsWritten) {
+  run(2, [&](Communicator& comm) {
+    MemoryRegion region = comm.allocate_memory(4096);
+    std::memset(region.data(), 0x22, 4096);
+    const auto keys = exchange_keys(comm, region);
+    others_are_done(comm);
+    const int peer = 1 - comm.rank();
+    const RemoteKey& key = keys[static_cast<std::size_t>(peer)];
+    const std::vector<unsigned char> out(1u << 20, 0x99);
+    comm.put(out.data(), 8, key, 0).wait();  // maps the region where it can
+    for (const std::uint64_t bytes : {std::uint64_t{8192}, std::uint64_t{1} << 20}) {
+      RemoteKey enlarged = key;
+      enlarged.bytes = bytes;
+      const Error e =
+          expect_error([&] { comm.put(out.data(), bytes - 4096, enlarged, 4096).wait(); });
+      EXPECT_EQ(e.kind(), ErrorKind::usage) << e.what();
+    }
+    EXPECT_EQ(expect_error([&] { comm.flush().wait(); }).kind(), ErrorKind::usage);
+    others_are_done(comm);
+    const auto* mine = static_cast<const unsigned char*>(region.data());
+    for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(mine[i], i < 8 ? 0x99 : 0x22) << i;
+  });
+}
+
 TEST_P(OneSided, ARankReachesItsOwnRegion) {
   run(1, [&](Communicator& comm) {
     std::vector<unsigned char> memory(1000, 0);
