@@ -28,15 +28,22 @@
 namespace anview::testing {
 
 // A sink for TcpRankOne that takes every frame into one buffer, unless told to hold them back
-// (as the p2p layer does past its unexpected-message budget), and counts what it took.
+// (as the p2p layer does past its unexpected-message budget) or to refuse them (as it does a
+// put into no region), and counts what it took.
 struct TakingSink final : transport::FrameSink {
   bool hold = false;
+  bool refuse = false;
+  int refused = 0;
   int started = 0;
   int done = 0;
   std::vector<char> landing;
 
   transport::Landing on_frame(int, const transport::FrameHeader& h, bool may_defer) override {
     if (hold && may_defer) return {.data = nullptr, .defer = true};
+    if (refuse) {
+      ++refused;
+      return {};
+    }
     ++started;
     landing.resize(h.payload_bytes);
     return {.data = landing.data(), .defer = false};

@@ -383,8 +383,10 @@ void Connection::close(const Error* error) {
   if (state_ == State::closed) return;
   // A frame cut off in the middle: its sender sends it again on another path, and the rest
   // must land where this part went.
-  if (in_payload_ && state_ == State::established && !is_discard(landing_))
-    owner_.on_frame_interrupted(*this, current_, landing_);
+  // (A frame the sink refused is recorded too, without a landing: its copy is counted when it
+  // ends, as the frame itself would have been; a duplicate was counted before.)
+  if (in_payload_ && state_ == State::established && !duplicate_)
+    owner_.on_frame_interrupted(*this, current_, is_discard(landing_) ? nullptr : landing_);
   in_payload_ = false;
   state_ = State::closed;
   owner_.engine().remove_fd(fd_.get());
@@ -593,6 +595,7 @@ bool Connection::start_frame() {
                                   ", ANVIEW_MAX_FRAME)");
     return false;
   }
+  duplicate_ = false;
   const Landing landing = owner_.deliver_frame(*this, current_, !must_accept_);
   if (state_ == State::closed) return false;
   if (landing.defer) {

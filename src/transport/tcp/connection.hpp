@@ -149,6 +149,13 @@ class Connection final : public base::FdHandler {
   // A landing for a payload that is read and dropped (a duplicate frame), owned by this stream.
   char* discard_landing(std::size_t bytes);
   bool is_discard(const void* data) const { return data != nullptr && data == discard_.data(); }
+  // The frame being read is a copy of one taken before (sent again after a path failed): it
+  // lands in the discard buffer and is not counted again.
+  char* duplicate_landing(std::size_t bytes) {
+    duplicate_ = true;
+    return discard_landing(bytes);
+  }
+  bool duplicate() const { return duplicate_; }
   int fd() const { return fd_.get(); }
   // Best effort, for a link about to close: writes one header-only frame at once if nothing
   // is queued and the socket takes it whole; false otherwise (nothing was written).
@@ -234,6 +241,7 @@ class Connection final : public base::FdHandler {
   bool in_payload_ = false;
   WireHeader current_{};
   std::vector<char> discard_;
+  bool duplicate_ = false;  // see duplicate_landing()
   char* landing_ = nullptr;
   std::uint32_t landed_ = 0;
 };

@@ -76,9 +76,12 @@ Landing TcpTransport::deliver_sequenced(Connection& conn, PeerLink& link, const 
   if (seen) {
     // Sent again after a path failed: finish a frame that was cut off, drop any other copy.
     auto it = link.interrupted.find(wire.seq);
-    if (it != link.interrupted.end()) return Landing{it->second, false};
+    if (it != link.interrupted.end()) {
+      if (it->second != nullptr) return Landing{it->second, false};
+      return Landing{conn.discard_landing(header.payload_bytes), false};  // the sink refused it
+    }
     link.ack_due = true;  // the sender missed our acknowledgement
-    return Landing{conn.discard_landing(header.payload_bytes), false};
+    return Landing{conn.duplicate_landing(header.payload_bytes), false};
   }
   if (number == 0 || (!chunk && number != link.ordered_started + 1)) {
     ErrorContext ctx = error_context(peer, "transfer");

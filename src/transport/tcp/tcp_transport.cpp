@@ -494,7 +494,10 @@ Landing TcpTransport::deliver_frame(Connection& conn, const WireHeader& wire, bo
 void TcpTransport::deliver_frame_done(Connection& conn, const WireHeader& wire, void* data) {
   const FrameHeader& header = wire.frame;
   if (header.type >= frame_goodbye || closing_) return;
-  if (conn.is_discard(data) && header.payload_bytes > 0) return;
+  if (conn.duplicate()) return;  // counted, and given to the sink, when it first came
+  // The sink refused the frame (its payload went to the discard buffer): it has arrived all the
+  // same, and is acknowledged like any other, or the acknowledgements stop at it for good.
+  const bool refused = conn.is_discard(data) && header.payload_bytes > 0;
   PeerLink& link = peers_[static_cast<std::size_t>(conn.peer())];
   if (link.reliable) {
     if (is_chunk_seq(wire.seq)) {
@@ -508,7 +511,7 @@ void TcpTransport::deliver_frame_done(Connection& conn, const WireHeader& wire, 
     }
     if (!link.interrupted.empty()) link.interrupted.erase(wire.seq);
   }
-  context_.sink->on_frame_done(conn.peer(), header, data);
+  if (!refused) context_.sink->on_frame_done(conn.peer(), header, data);
 }
 
 void TcpTransport::on_connection_error(Connection& conn, const Error& error) {
