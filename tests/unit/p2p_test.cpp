@@ -544,5 +544,56 @@ TEST(P2pBackPressure, AReceivePostedForTheHeldBackMessageTakesIt) {
   ::unsetenv("ANVIEW_UNEXPECTED_BYTES");
 }
 
+// A peer that closes its link while reading from it is paused (what it sent waits over the
+// unexpected-message budget) is reported lost at once: nothing more will come, so what it
+// wrote is taken past the budget. Before, the link stayed up until the user had received
+// enough to drain it, and a receive from that peer waited for its whole timeout.
+// (Over ucx, where UCX does not tell the peer that an endpoint was closed, the closing side
+// says so in a message of its own.)
+class P2pClosedWhilePaused : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(P2pClosedWhilePaused, APeerThatClosesWhileReadingIsPausedIsReportedLostAtOnce) {
+  ::setenv("ANVIEW_UNEXPECTED_BYTES", "64K", 1);
+  ::setenv("ANVIEW_TRANSPORTS", GetParam(), 1);
+  ::setenv("UCX_TLS", "tcp", 1);
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<unsigned char> buf(16384, 1);
+    if (comm.rank() == 0) {
+      std::vector<Request> reqs;
+      for (int i = 0; i < 10; ++i) reqs.push_back(comm.isend(buf.data(), buf.size(), 1, Tag{1}));
+      // A large send rank 1 never receives: giving up on it closes the link to rank 1.
+      std::vector<unsigned char> big(1 << 20);
+      EXPECT_THROW(comm.send(big.data(), big.size(), 1, Tag{2}, std::chrono::milliseconds(300)),
+                   Error);
+      return;
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (std::chrono::steady_clock::now() < until) comm.progress();  // reading pauses
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      comm.recv(buf.data(), buf.size(), 0, Tag{3}, std::chrono::seconds(5));
+      ADD_FAILURE() << "a message rank 0 never sent arrived";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::peer_lost) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+    // What rank 0 sent before it closed is still there to receive.
+    for (int i = 0; i < 10; ++i)
+      EXPECT_EQ(comm.recv(buf.data(), buf.size(), 0, Tag{1}).bytes, 16384u);
+  });
+  ::unsetenv("ANVIEW_TRANSPORTS");
+  ::unsetenv("UCX_TLS");
+  ::unsetenv("ANVIEW_UNEXPECTED_BYTES");
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, P2pClosedWhilePaused,
+                         ::testing::Values("shm", "tcp"
+#if defined(ANVIEW_HAVE_UCX)
+                                           ,
+                                           "ucx"
+#endif
+                                           ),
+                         [](const auto& p) { return std::string(p.param); });
+
 }  // namespace
 }  // namespace anview

@@ -369,8 +369,17 @@ bool ShmTransport::poll() {
     // The peer gave up the link (after a failure of its own) and we read all it wrote.
     // (The flag first: it is read from a line that stays put, the ring from lines that move.)
     if (conn->state() == Connection::State::up && conn->peer_closed()) {
-      if (auto closed = conn->peer_closed_error(); closed && conn->drained())
-        fail_link(conn->peer(), *closed);
+      if (auto closed = conn->peer_closed_error()) {
+        // Nothing more will come: what the peer wrote before is taken now, past the
+        // unexpected-message budget, rather than when the user's receives drain the ring
+        // (until then the link looked up, and receives from the peer waited their timeout).
+        if (!conn->drained()) {
+          conn->resume();
+          conn->receive(false);
+        }
+        if (conn->state() == Connection::State::up && conn->drained())
+          fail_link(conn->peer(), *closed);
+      }
     }
   }
   return worked;

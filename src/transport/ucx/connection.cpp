@@ -243,8 +243,16 @@ bool Connection::try_send_now(const FrameHeader& header, const void* payload) {
 }
 
 void Connection::say_goodbye(int own_rank) {
-  if (!open()) return;
+  if (open()) send_bye(hello_magic, own_rank);
+}
+
+void Connection::say_closed(int own_rank) {
+  if (ep_ != nullptr && hello_received_) send_bye(close_magic, own_rank);
+}
+
+void Connection::send_bye(std::uint32_t magic, int own_rank) {
   Bye bye;
+  bye.magic = magic;
   bye.rank = static_cast<std::uint32_t>(own_rank);
   SendOp* op = new_send(nullptr);
   std::memcpy(op->header, &bye, sizeof bye);
@@ -333,7 +341,7 @@ void Connection::drain() {
 Connection::Outcome Connection::deliver(Incoming& in) {
   const bool ordered = (in.header.flags & ordered_flag) != 0;
   const FrameHeader& h = in.header.frame;
-  const Landing landing = owner_.sink().on_frame(peer_, h, !owner_.closing());
+  const Landing landing = owner_.sink().on_frame(peer_, h, !owner_.closing() && !must_accept_);
   if (failed_) {
     release(in);
     return Outcome::failed;

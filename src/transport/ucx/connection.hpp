@@ -58,6 +58,11 @@ class Connection {
   void send(const FrameHeader& header, const void* payload, Ordering ordering, SendDone done);
   bool try_send_now(const FrameHeader& header, const void* payload);
   void say_goodbye(int own_rank);
+  // After close(), once what we sent has ended: tells the peer we closed the link, so its
+  // operations with us fail now instead of at their timeout (UCX does not tell it).
+  void say_closed(int own_rank);
+  void on_closed_by_peer() { closed_by_peer_ = true; }
+  bool closed_by_peer() const { return closed_by_peer_; }
 
   // Native one-sided access (transport.hpp, RemoteAccess): the peer's packed keys, unpacked
   // on this endpoint, by region token; put/get/flush through UCP's RMA. Each completes through
@@ -74,6 +79,12 @@ class Connection {
   ucs_status_t on_frame(const AmHeader& header, void* data, std::size_t length,
                         const ucp_am_recv_param_t& param);
   void resume();
+  // The peer will send nothing more (it said goodbye or closed the link): what waits is
+  // delivered now, past the sink's budget, so the link can end.
+  void take_everything() {
+    must_accept_ = true;
+    resume();
+  }
 
   // Fails everything waiting with `error`; sends in flight fail with it once the endpoint is
   // closed (close_endpoint(), outside UCX's callbacks).
@@ -109,6 +120,7 @@ class Connection {
   // When the endpoint is not open: completes `done` with why, and returns true.
   bool refused_closed(const char* operation, const SendDone& done) const;
   void finish_send(SendOp* op, ucs_status_t status);
+  void send_bye(std::uint32_t magic, int own_rank);
   ucs_status_ptr_t post(unsigned id, SendOp* op, std::size_t header_bytes, const void* payload,
                         std::size_t bytes, std::uint32_t flags);
   bool deliverable(const AmHeader& header) const;
@@ -125,6 +137,8 @@ class Connection {
   bool failed_ = false;
   bool hello_received_ = false;
   bool goodbye_received_ = false;
+  bool closed_by_peer_ = false;
+  bool must_accept_ = false;  // see take_everything()
   std::optional<Error> error_;
   std::uint64_t next_send_seq_ = 0;
   std::uint64_t next_receive_seq_ = 0;

@@ -41,7 +41,9 @@ struct Hello {
 static_assert(sizeof(Hello) == 24, "Hello is a wire format");
 
 // The last message: the sender closed its communicator (a later endpoint error is its leaving,
-// not a failure).
+// not a failure); with close_magic, it closed its link to the receiver after a failure of its
+// own (a timed-out transfer, a protocol error), which fails the link there too.
+inline constexpr std::uint32_t close_magic = 0x43564e41;  // "ANVC"
 struct Bye {
   std::uint32_t magic = hello_magic;
   std::uint32_t rank = 0;

@@ -383,11 +383,16 @@ void UcxTransport::on_hello(const void* header, std::size_t header_bytes) {
 void UcxTransport::on_goodbye(const void* header, std::size_t header_bytes) {
   Bye bye;
   read_header(header, header_bytes, bye);
-  Connection* conn = bye.magic == hello_magic ? link(static_cast<int>(bye.rank)) : nullptr;
-  if (conn != nullptr) {
+  const bool closed = bye.magic == close_magic;
+  Connection* conn =
+      bye.magic == hello_magic || closed ? link(static_cast<int>(bye.rank)) : nullptr;
+  if (conn == nullptr) return;
+  if (closed) {
+    conn->on_closed_by_peer();
+  } else {
     conn->on_goodbye();
-    attention_ = true;
   }
+  attention_ = true;
 }
 
 void UcxTransport::protocol_error(int peer, const std::string& cause) {
@@ -413,6 +418,13 @@ void UcxTransport::on_endpoint_error(int peer, ucs_status_t status) {
 Error UcxTransport::closed_communicator(int peer) const {
   ErrorContext ctx = error_context(peer, "transfer");
   ctx.cause = "rank " + std::to_string(peer) + " closed its communicator";
+  return Error(ErrorKind::peer_lost, std::move(ctx));
+}
+
+Error UcxTransport::closed_link(int peer) const {
+  ErrorContext ctx = error_context(peer, "transfer");
+  ctx.cause = "rank " + std::to_string(peer) +
+              " closed its link to this rank (after a failure of its own there)";
   return Error(ErrorKind::peer_lost, std::move(ctx));
 }
 
@@ -489,7 +501,12 @@ void UcxTransport::quiesce(Connection& conn, bool peer_lives, base::Deadline dea
   // writing into our receive buffers: let those transfers end first. UCX cannot cancel a
   // receive landing through ucp_am_recv_data_nbx, and a forced close cancels a send here
   // while the peer may still read its buffer.
-  if (peer_lives) progress_until_settled();
+  if (peer_lives) {
+    // Told first: the peer then takes whatever of ours it had held back (past its budget),
+    // which ends our sends, and fails the link when all has landed.
+    conn.say_closed(context_.rank);
+    progress_until_settled();
+  }
   conn.close_endpoint(close_requests_);  // forced: UCX fails what is left
   progress_until_settled();
   if (conn.settled()) return;
@@ -529,11 +546,14 @@ bool UcxTransport::poll() {
     for (auto& l : peers_) {
       Connection* conn = l.conn.get();
       if (conn == nullptr) continue;
-      // The peer said goodbye and everything it sent before has landed.
-      if (!conn->failed() && conn->goodbye_received()) {
+      // The peer said goodbye (or that it closed the link) and everything it sent before has
+      // landed.
+      if (!conn->failed() && (conn->goodbye_received() || conn->closed_by_peer())) {
         if (conn->quiet()) {
-          fail_link(conn->peer(), closed_communicator(conn->peer()));
+          fail_link(conn->peer(), conn->goodbye_received() ? closed_communicator(conn->peer())
+                                                           : closed_link(conn->peer()));
         } else {
+          conn->take_everything();
           attention_ = true;  // again next round
         }
         worked = true;

@@ -107,6 +107,7 @@ class UcxTransport final : public Transport, public RemoteAccess, private base::
   void on_peer_process_exit(int peer);
   void setup_error(int peer, const std::string& cause);
   Error closed_communicator(int peer) const;  // the peer said goodbye
+  Error closed_link(int peer) const;          // the peer closed its link to us
   Error closing_error() const;                // we are closing
   void reap_close_requests();
   void protocol_error(int peer, const std::string& cause);
