@@ -98,12 +98,17 @@ class ParamServerImpl {
   void answer_pulls(Key& key);
   static const Tensor& values(const Message& m, std::string_view what);
   Message value_reply(const Key& key) const;
+  // Sends `key` to the server the ring now gives it to; raises if that fails.
+  void hand_over(const std::string& name, const Key& key);
 
   ParamServerOptions options_;
   RpcServer rpc_;
   std::string self_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Key> keys_;
+  // Keys a ring change took from here whose handover to their new owner failed: the next ring
+  // call (the client repeats a change that failed) hands them over again.
+  std::vector<std::pair<std::string, Key>> handover_;
   std::uint64_t epoch_ = 0;
   HashRing ring_;
   bool settled_ = true;
@@ -268,9 +273,9 @@ Message ParamServerImpl::ring(const Message& request) {
   auto state = param::parse_ring(request.text());
   if (!state || state->ring.servers().empty()) throw std::runtime_error("a malformed ring");
   std::vector<std::pair<std::string, Key>> leaving;
-  std::vector<std::pair<std::string, std::vector<std::pair<std::uint64_t, Responder>>>> orphans;
   {
     std::lock_guard lock(mu_);
+    leaving.swap(handover_);
     if (state->epoch > epoch_) {
       epoch_ = state->epoch;
       ring_ = std::move(state->ring);
@@ -282,6 +287,15 @@ Message ParamServerImpl::ring(const Message& request) {
         } else {
           ++it;
         }
+      }
+    }
+    // A key an earlier change could not hand over whose owner is this server again stays.
+    for (auto it = leaving.begin(); it != leaving.end();) {
+      if (ring_.owner(it->first) == self_) {
+        keys_.insert_or_assign(it->first, std::move(it->second));
+        it = leaving.erase(it);
+      } else {
+        ++it;
       }
     }
     const Message moved_to(std::string(param::moved_reply) + param::ring_text(epoch_, ring_));
@@ -299,34 +313,45 @@ Message ParamServerImpl::ring(const Message& request) {
     }
   }
   // Hand the keys to their new owners (outside the lock: the owner may call back).
-  for (auto& [name, key] : leaving) {
-    std::string header =
-        name + "\n" + std::string(name_of(key.type)) + "\n" + std::to_string(key.applied) + "\n";
-    for (const auto& [step, sum] : key.steps)
-      header += std::to_string(step) + " " + std::to_string(sum.count) + "\n";
-    Message m(header);
-    const auto count = static_cast<std::int64_t>(key.value.size() / size_of(key.type));
-    m.add_tensor({.dtype = key.type, .shape = {count}, .data = key.value.data()});
-    for (const auto& [step, sum] : key.steps)
-      m.add_tensor({.dtype = key.type, .shape = {count}, .data = sum.sum.data()});
-    std::string owner;
-    {
+  for (std::size_t i = 0; i < leaving.size(); ++i) {
+    try {
+      hand_over(leaving[i].first, leaving[i].second);
+    } catch (...) {
+      // Kept, not lost: the keys not handed over wait for the change to be repeated.
       std::lock_guard lock(mu_);
-      owner = ring_.owner(name);
+      for (std::size_t j = i; j < leaving.size(); ++j) handover_.push_back(std::move(leaving[j]));
+      throw;  // the ring call fails: the client's change fails and may be repeated
     }
-    RpcClient* peer;
-    {
-      std::lock_guard lock(peers_mu_);
-      auto it = peers_.find(owner);
-      if (it == peers_.end()) it = peers_.emplace(owner, RpcClient::connect(owner)).first;
-      peer = &it->second;
-    }
-    peer->call_sync(param::adopt_method, m);  // raises: the move failed, the ring call fails
   }
   std::lock_guard lock(mu_);
   base::log("ps", base::LogLevel::info, "param server ", self_, ": ring epoch ", epoch_, ", ",
             leaving.size(), " keys handed over, ", keys_.size(), " kept");
   return Message(std::string(param::ok_reply) + param::ring_text(epoch_, ring_));
+}
+
+void ParamServerImpl::hand_over(const std::string& name, const Key& key) {
+  std::string header =
+      name + "\n" + std::string(name_of(key.type)) + "\n" + std::to_string(key.applied) + "\n";
+  for (const auto& [step, sum] : key.steps)
+    header += std::to_string(step) + " " + std::to_string(sum.count) + "\n";
+  Message m(header);
+  const auto count = static_cast<std::int64_t>(key.value.size() / size_of(key.type));
+  m.add_tensor({.dtype = key.type, .shape = {count}, .data = key.value.data()});
+  for (const auto& [step, sum] : key.steps)
+    m.add_tensor({.dtype = key.type, .shape = {count}, .data = sum.sum.data()});
+  std::string owner;
+  {
+    std::lock_guard lock(mu_);
+    owner = ring_.owner(name);
+  }
+  RpcClient* peer;
+  {
+    std::lock_guard lock(peers_mu_);
+    auto it = peers_.find(owner);
+    if (it == peers_.end()) it = peers_.emplace(owner, RpcClient::connect(owner)).first;
+    peer = &it->second;
+  }
+  peer->call_sync(param::adopt_method, m);  // raises: the move failed
 }
 
 Message ParamServerImpl::adopt(const Message& request) {

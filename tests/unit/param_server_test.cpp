@@ -2,11 +2,13 @@
 // their own ParamClient (real connections, here over shared memory).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <unordered_map>
 
 #include "anview/anview.hpp"
 #include "anview/param_server.hpp"
+#include "patterns/param_protocol.hpp"
 
 namespace anview {
 namespace {
@@ -134,6 +136,38 @@ TEST(ParamServer, MismatchedPushIsAnErrorNamingTheKey) {
   float got[4];
   client.pull("w", got, 4, DataType::float32);
   EXPECT_EQ(got[3], 4.0f);
+}
+
+// A ring change whose handover to the new owner fails keeps the keys: the server that gave
+// them up hands them over again when the change is repeated. Before, they were gone for good
+// (the server had dropped them, and the repeated change was not newer). The joining server is
+// a stand-in speaking the servers' protocol that refuses the first handover.
+TEST(ParamServer, KeysWhoseHandoverFailedAreHandedOverWhenTheChangeIsRepeated) {
+  namespace param = patterns::param;
+  ParamServer a = ParamServer::listen("127.0.0.1:0");
+  ParamClient client = ParamClient::connect({a.address()});
+  constexpr int keys = 40;
+  const float v[2] = {1, 2};
+  for (int k = 0; k < keys; ++k) client.set(key_name(k), v, 2, DataType::float32);
+  RpcServer joining = RpcServer::listen("127.0.0.1:0");
+  std::atomic<int> adopted{0};
+  std::atomic<bool> refuse{true};
+  joining.add_method(param::ring_method, [](const CallContext&, const Message& m) {
+    const auto state = param::parse_ring(m.text());
+    return Message(std::string(param::ok_reply) + param::ring_text(state->epoch, state->ring));
+  });
+  joining.add_method(param::settle_method,
+                     [](const CallContext&, const Message&) { return Message(param::ok_reply); });
+  joining.add_method(param::adopt_method, [&](const CallContext&, const Message&) {
+    if (refuse.exchange(false)) throw std::runtime_error("not now");
+    ++adopted;
+    return Message(param::ok_reply);
+  });
+  EXPECT_THROW(client.add_server(joining.address()), Error);
+  client.add_server(joining.address());  // repeated
+  EXPECT_GT(adopted.load(), 0);
+  EXPECT_EQ(a.keys() + static_cast<std::size_t>(adopted.load()), static_cast<std::size_t>(keys))
+      << "keys were lost";
 }
 
 }  // namespace
