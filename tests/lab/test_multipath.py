@@ -91,6 +91,27 @@ def test_a_gigabyte_survives_a_link_going_down_and_coming_back():
         assert "path 1" in ranks[0][2] and "failed" in ranks[0][2], ranks[0][2]
 
 
+def test_the_control_path_going_down_stops_nothing():
+    """Path 0 carries the acknowledgements and the credit grants of both paths' data streams.
+
+    When it fails, what it carried is lost with it: the acknowledgements and grants must go
+    on over path 1, or the sends and path 1's data stream wait until the timeout.
+    """
+    with Lab(hosts=2, links=2, rates={0: "1gbit", 1: "1gbit"}) as lab:
+        def flap(lab):
+            time.sleep(1.5)  # the transfer is under way on both paths
+            lab.link(1, 0, up=False)
+            time.sleep(2.0)
+            lab.link(1, 0, up=True)
+
+        ranks = run_transfer(lab, ["--bytes", 64 << 20, "--messages", 16, "--settle", 20],
+                             env={"ANVIEW_TIMEOUT": "20"}, during=flap)
+        assert [r[0] for r in ranks] == [0, 0], describe(ranks)
+        sender, receiver = ranks[0][3], ranks[1][3]
+        assert receiver["checked"] and receiver["bytes"] == 1 << 30, describe(ranks)
+        assert path_value(sender, "anview_tcp_path_failures_total", 0) >= 1, describe(ranks)
+
+
 def test_every_path_down_is_a_clear_error_on_both_sides():
     with Lab(hosts=2, links=2, rates={0: "1gbit", 1: "1gbit"}) as lab:
         def cut(lab):
