@@ -307,7 +307,8 @@ void Collectives::allgather(const void* send, void* recv, std::size_t count, Dat
     return;
   }
   char* mine = static_cast<char*>(recv) + static_cast<std::size_t>(call.rank) * block;
-  if (send != mine && block > 0) std::memcpy(mine, send, block);
+  // memmove: the contribution may lie in the receive buffer, over its own block.
+  if (send != mine && block > 0) std::memmove(mine, send, block);
   if (call.size == 1) return;
   if (algo == "hierarchical") {
     const std::string within = step_algorithm(
@@ -334,7 +335,8 @@ void Collectives::allgatherv(const void* send, std::size_t send_count, void* rec
   check_buffer(call, send, bytes, "send");
   check_buffer(call, recv, total_bytes(blocks), "receive");
   char* mine = blocks.at(recv, call.rank);
-  if (send != mine && bytes > 0) std::memcpy(mine, send, bytes);
+  // memmove: the contribution may lie in the receive buffer, over its own block.
+  if (send != mine && bytes > 0) std::memmove(mine, send, bytes);
   call.record.algorithm("ring");
   if (call.size > 1) run_guarded(call, [&] { allgather_ring(call, recv, blocks); });
 }

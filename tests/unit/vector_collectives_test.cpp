@@ -106,6 +106,21 @@ TEST(VectorCollectives, AllgathervGathervScattervEveryRankCountAndRoot) {
   }
 }
 
+// A rank's contribution passed in the receive buffer itself, over the place its block goes
+// (here rank 1 sends elements 0-3 of the buffer, and its block is 2-5): it is moved, not
+// copied over itself (memcpy of overlapping ranges, which ASan reports).
+TEST(VectorCollectives, AllgathervWithTheContributionOverlappingItsOwnBlock) {
+  run_ranks(2, [](Communicator& comm) {
+    const std::vector<std::size_t> counts = {2, 4};
+    const std::vector<std::size_t> displs = {0, 2};
+    std::vector<std::int32_t> all(6, -1);
+    const std::size_t mine = counts[static_cast<std::size_t>(comm.rank())];
+    for (std::size_t i = 0; i < mine; ++i) all[i] = 10 * comm.rank() + static_cast<std::int32_t>(i);
+    comm.allgatherv(all.data(), mine, all.data(), counts, displs, DataType::int32);
+    EXPECT_EQ(all, (std::vector<std::int32_t>{0, 1, 10, 11, 12, 13}));
+  });
+}
+
 TEST(VectorCollectives, AlltoallvEveryPair) {
   for (int n : {1, 2, 3, 4}) {
     for (bool gaps : {false, true}) {
