@@ -34,6 +34,7 @@ struct TakingSink final : transport::FrameSink {
   bool hold = false;
   bool refuse = false;
   int refused = 0;
+  int peer_failures = 0;
   int started = 0;
   int done = 0;
   std::vector<char> landing;
@@ -49,7 +50,7 @@ struct TakingSink final : transport::FrameSink {
     return {.data = landing.data(), .defer = false};
   }
   void on_frame_done(int, const transport::FrameHeader&, void*) override { ++done; }
-  void on_peer_failed(int, const Error&, bool) override {}
+  void on_peer_failed(int, const Error&, bool) override { ++peer_failures; }
 };
 
 class TcpRankOne {

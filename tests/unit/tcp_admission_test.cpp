@@ -41,5 +41,43 @@ TEST(TcpAdmission, AHelloThatArrivedBeforeAFloodIsServedFirst) {
   EXPECT_EQ(ack.kind, HandshakeKind::ack);
 }
 
+// A hello for a path that failed, with the generation it failed in, is a stale stream of the
+// old path (its sibling's failure came first): it is refused, and only a newer generation
+// brings the path back. Before, it was admitted into the failed path, where an error on it
+// failed the whole link although another path was up.
+TEST(TcpAdmission, AStreamOfAFailedPathIsRefusedUnlessItIsNewer) {
+  const ScopedEnv streams("ANVIEW_TCP_STREAMS", "1");
+  const ScopedEnv ifaces("ANVIEW_IFACES", "lo");
+  TakingSink sink;
+  TcpRankOne rank1(sink, 13);
+  auto open_path = [&](std::uint8_t path, std::uint16_t generation, HandshakeKind expect) {
+    base::Fd fd = rank1.connect();
+    Handshake hello = rank1.hello();
+    set_path_fields(hello, {.path = path, .path_count = 2, .generation = generation});
+    EXPECT_EQ(::send(fd.get(), &hello, sizeof hello, MSG_NOSIGNAL), ssize_t{sizeof hello});
+    Handshake reply;
+    std::thread reader(
+        [&] { EXPECT_TRUE(TcpRankOne::read_exactly(fd.get(), &reply, sizeof reply)); });
+    rank1.drive_until([&] { return false; }, 100ms);
+    reader.join();
+    EXPECT_EQ(reply.kind, expect) << "path " << int{path} << " generation " << generation;
+    return fd;
+  };
+  base::Fd path0 = open_path(0, 1, HandshakeKind::ack);
+  const base::Fd path1 = open_path(1, 1, HandshakeKind::ack);
+  ASSERT_TRUE(rank1.drive_until([&] { return rank1.transport().ready(); }, 2s));
+  path0.reset();  // path 0 ends; path 1 carries on
+  rank1.drive_until([] { return false; }, 100ms);
+  ASSERT_EQ(sink.peer_failures, 0);
+  base::Fd stale = open_path(0, 1, HandshakeKind::reject);
+  const char garbage[64] = {1, 2, 3};
+  ::send(stale.get(), garbage, sizeof garbage, MSG_NOSIGNAL);  // fails that stream, if anything
+  rank1.drive_until([] { return false; }, 100ms);
+  EXPECT_EQ(sink.peer_failures, 0) << "the link failed although path 1 is up";
+  const base::Fd again = open_path(0, 2, HandshakeKind::ack);  // a newer generation: admitted
+  rank1.drive_until([] { return false; }, 100ms);
+  EXPECT_EQ(sink.peer_failures, 0);
+}
+
 }  // namespace
 }  // namespace anview::transport::tcp

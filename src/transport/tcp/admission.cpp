@@ -116,6 +116,14 @@ RejectReason TcpTransport::admission(const Handshake& hello, bool* foreign,
     return RejectReason::streams;
   }
   const Path& path = link.paths[fields.path];
+  if (path.state == Path::State::failed && !replaces_path(link, fields)) {
+    // A stream of the path as it was (its sibling's failure came first): only a newer
+    // generation brings the path back.
+    *why = "path " + std::to_string(fields.path) + " of rank " + std::to_string(hello.rank) +
+           " failed in generation " + std::to_string(path.generation) +
+           "; a stream of it must come with a newer one";
+    return RejectReason::duplicate;
+  }
   const bool taken = path.streams[hello.stream] != nullptr;
   if (!replaces_path(link, fields) &&
       (taken || (path.generation != 0 && fields.generation != path.generation))) {
@@ -256,8 +264,8 @@ void TcpTransport::admit(std::unique_ptr<Connection> owned, const Handshake& hel
     if (path.state != Path::State::failed) {
       path_failed(peer, fields.path, "rank " + std::to_string(peer) + " connected it again", false);
     }
-    path.streams.clear();
-    path.streams.resize(static_cast<std::size_t>(stream_count_));
+    path.streams.resize(static_cast<std::size_t>(stream_count_));  // all empty: failed paths
+                                                                   // admit no stream
     path.established = 0;
     path.state = Path::State::connecting;
   }
