@@ -1,6 +1,7 @@
 #include "buffers.hpp"
 
 #include <utility>
+#include <vector>
 
 namespace anview::python {
 namespace {
@@ -52,8 +53,33 @@ ReduceOp parse_op(const std::string& name, const char* operation, int rank) {
               "unknown reduction '" + name + "' (sum, prod, min, max, avg, band, bor, bxor)");
 }
 
+namespace {
+
+struct Kept {
+  Request request;
+  std::vector<HeldBuffer> buffers;
+};
+
+// Never destroyed: at interpreter exit the buffers must not be released without the GIL.
+std::vector<Kept>& kept() {
+  static auto* list = new std::vector<Kept>;
+  return *list;
+}
+
+void release_ended() {
+  auto& list = kept();
+  std::erase_if(list, [](const Kept& k) { return k.request.done(); });
+}
+
+}  // namespace
+
+void keep_until_done(Request request, std::vector<HeldBuffer> buffers) {
+  kept().push_back(Kept{std::move(request), std::move(buffers)});
+}
+
 HeldBuffer hold(const py::object& object, bool writable, const std::optional<std::string>& dtype,
                 const char* operation, const char* argument, int rank) {
+  if (!kept().empty()) release_ended();
   if (!PyObject_CheckBuffer(object.ptr()))
     usage_error(operation, rank,
                 std::string(argument) + " is a " +

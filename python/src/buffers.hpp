@@ -34,6 +34,12 @@ struct HeldBuffer {
 HeldBuffer hold(const py::object& object, bool writable, const std::optional<std::string>& dtype,
                 const char* operation, const char* argument, int rank);
 
+// A nonblocking operation whose Request the caller dropped before it ended still uses its
+// buffers: they are kept here until it ends, and let go by a later call that takes buffers
+// (every call into the module holds the GIL, which guards the list). MPI_Request_free's rule:
+// the operation goes on.
+void keep_until_done(Request request, std::vector<HeldBuffer> buffers);
+
 DataType parse_dtype(const std::string& name, const char* operation, int rank);
 ReduceOp parse_op(const std::string& name, const char* operation, int rank);
 

@@ -27,8 +27,17 @@ std::optional<std::chrono::milliseconds> to_timeout(const Seconds& seconds, cons
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(*seconds * 1000.0)));
 }
 
-// A nonblocking operation and the buffers it uses, held until the Request is dropped.
+// A nonblocking operation and the buffers it uses, held until it ends: a Request dropped
+// before that hands them to keep_until_done().
 struct PyRequest {
+  PyRequest(Request r, std::vector<HeldBuffer> b) : request(std::move(r)), buffers(std::move(b)) {}
+  PyRequest(const PyRequest&) = delete;
+  PyRequest& operator=(const PyRequest&) = delete;
+  ~PyRequest() {
+    if (request.valid() && !buffers.empty() && !request.done())
+      keep_until_done(std::move(request), std::move(buffers));
+  }
+
   Request request;
   std::vector<HeldBuffer> buffers;
 
@@ -129,7 +138,7 @@ std::vector<HeldBuffer> holding(HeldBuffer first) {
 }
 
 std::unique_ptr<PyRequest> make_request(Request r, std::vector<HeldBuffer> buffers) {
-  return std::make_unique<PyRequest>(PyRequest{std::move(r), std::move(buffers)});
+  return std::make_unique<PyRequest>(std::move(r), std::move(buffers));
 }
 
 void bind_types(py::module_& m) {

@@ -138,6 +138,29 @@ def point_to_point(comm):
             assert bytes(buf[:st.bytes]) == f"hello from {st.source}".encode() and st.tag == 40 + st.source
     else:
         comm.send(f"hello from {rank}".encode(), 0, tag=40 + rank)
+    # A receive whose Request is dropped goes on, and keeps its buffer until it ends (before,
+    # dropping the Request let the buffer go at once: it could be resized or freed, and the
+    # message landed in freed memory).
+    held = bytearray(1 << 20)
+    r = comm.irecv(held, source=left, tag=5)
+    del r
+    try:
+        held.extend(b"x")
+        raise AssertionError("the buffer of a dropped, still posted receive could be resized")
+    except BufferError:
+        pass
+    comm.send(bytes([rank % 251]) * (1 << 20), right, tag=5)
+    for _ in range(500):  # a later call that takes buffers lets it go once the receive ended
+        comm.send(b"", rank, tag=6)  # to itself: no other rank needs to take part
+        comm.recv(bytearray(0), source=rank, tag=6)
+        try:
+            held.extend(b"x")
+            break
+        except BufferError:
+            time.sleep(0.01)
+    else:
+        raise AssertionError("the buffer stayed held after its receive ended")
+    assert held[: 1 << 20] == bytes([left % 251]) * (1 << 20), "the dropped receive's message"
     # Nonblocking collectives overlap; their buffers are held until done.
     reqs, bufs = [], []
     for i in range(6):
