@@ -377,6 +377,14 @@ void TcpStoreServer::read_frames(Conn& c) {
         reject(c, Status::bad_request, *wrong);
         return;
       }
+      // Before the job secret is proven only the handshake's own requests (a few bytes each)
+      // are read: any other is refused on its header, so a client without the secret cannot
+      // make the store hold a large body.
+      const auto op = static_cast<Op>(c.header.op);
+      if (!c.authenticated && op != Op::hello && op != Op::prove) {
+        refuse_unproven(c, op);
+        return;
+      }
       c.have_header = true;
       continue;
     }
@@ -531,11 +539,15 @@ void TcpStoreServer::authenticate(Conn& c, const proto::Request& request) {
       return;
     }
     default:
-      refuse_auth(c, std::string("this store requires the job secret (ANVIEW_SECRET) and the "
-                                 "client sent ") +
-                         proto::to_string(request.op) +
-                         " with no proof of it: set the same ANVIEW_SECRET on every rank");
+      refuse_unproven(c, request.op);
   }
+}
+
+void TcpStoreServer::refuse_unproven(Conn& c, Op op) {
+  refuse_auth(c, std::string("this store requires the job secret (ANVIEW_SECRET) and the client "
+                             "sent ") +
+                     proto::to_string(op) +
+                     " with no proof of it: set the same ANVIEW_SECRET on every rank");
 }
 
 void TcpStoreServer::refuse_auth(Conn& c, const std::string& why) {

@@ -91,6 +91,7 @@ class TcpStoreServer {
   // hello, prove, or any request before them in a store with a secret.
   void authenticate(Conn& c, const bootstrap::store_protocol::Request& request);
   void refuse_auth(Conn& c, const std::string& why);
+  void refuse_unproven(Conn& c, Op op);  // a request other than the handshake's, unproven
   bool flush(Conn& c);
   void discard_input(Conn& c);
   void park(Conn& c, Op op, std::vector<std::string> keys, const std::string& missing);

@@ -653,6 +653,21 @@ TEST_F(TcpStoreAuthTest, AStoreWithoutASecretRefusesAClientWithOne) {
   EXPECT_NE(e.cause().find("has no job secret"), std::string::npos) << e.what();
 }
 
+// A request other than the handshake's from a client that has not proven the secret is
+// refused on its header, its body unread. Before, the store read (and held) the whole body
+// first: a hundred such connections announcing 32 MiB each made rank 0 hold gigabytes, and
+// a client that sent the header alone was dropped silently at the handshake timeout.
+TEST_F(TcpStoreAuthTest, AnUnprovenRequestIsRefusedBeforeItsBodyIsRead) {
+  base::Fd fd = raw_connect(store_->address());
+  const auto h = header(proto::magic, proto::version, Op::set, 1, 32u << 20);
+  send_raw(fd.get(), h.data(), h.size());  // and not one byte of the body
+  const auto got = read_until_closed(fd.get());
+  ASSERT_GE(got.size(), proto::reply_header_bytes);
+  EXPECT_EQ(got[6], static_cast<std::uint8_t>(proto::Status::unauthenticated));
+  const std::string text(got.begin() + proto::reply_header_bytes, got.end());
+  EXPECT_NE(text.find("requires the job secret"), std::string::npos) << text;
+}
+
 TEST_F(TcpStoreAuthTest, AReplayedProofIsRefused) {
   const auth::Nonce nonce = auth::fresh_nonce();
   auth::Mac recorded{};
