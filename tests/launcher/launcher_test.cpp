@@ -332,17 +332,19 @@ TEST(Launcher, BadCommandLinesAreUsageErrors) {
   }
 }
 
-// Each rank prints its shell's pid and that of a background child; the child ignores SIGINT
-// (as background jobs of sh do), so it takes the process group and SIGKILL to stop it.
-TEST(Launcher, SigintStopsEveryRankAndTheirChildren) {
-  Launcher launcher({"-n", "3", "/bin/sh", "-c", "sleep 30 & echo \"$$ $!\"; wait"});
-  ASSERT_TRUE(launcher.wait_for_stdout_lines(3));
-  const auto interrupted = Clock::now();
-  ASSERT_EQ(::kill(launcher.pid(), SIGINT), 0);
+// Starts `ranks` ranks, each a shell that prints its pid and that of a background child, sends
+// anview-run `sig`, and checks the exit code, what it said, and that every shell and child
+// is gone within 5 s.
+void stop_with_signal(int sig, int ranks, int exit_code, const std::string& said) {
+  Launcher launcher(
+      {"-n", std::to_string(ranks), "/bin/sh", "-c", "sleep 30 & echo \"$$ $!\"; wait"});
+  ASSERT_TRUE(launcher.wait_for_stdout_lines(static_cast<std::size_t>(ranks)));
+  const auto signalled = Clock::now();
+  ASSERT_EQ(::kill(launcher.pid(), sig), 0);
   const auto r = launcher.finish();
-  EXPECT_EQ(r.exit_code, 130) << r.err;
-  EXPECT_LT(seconds_since(interrupted), 5.0);
-  EXPECT_NE(r.err.find("received SIGINT; sending it to ranks 0-2"), std::string::npos) << r.err;
+  EXPECT_EQ(r.exit_code, exit_code) << r.err;
+  EXPECT_LT(seconds_since(signalled), 5.0);
+  EXPECT_NE(r.err.find(said), std::string::npos) << r.err;
   std::vector<pid_t> pids;
   for (const std::string& line : lines_of(r.out)) {
     std::istringstream in(line);
@@ -352,8 +354,21 @@ TEST(Launcher, SigintStopsEveryRankAndTheirChildren) {
     pids.push_back(shell);
     pids.push_back(child);
   }
-  ASSERT_EQ(pids.size(), 6u);
+  ASSERT_EQ(pids.size(), 2 * static_cast<std::size_t>(ranks));
   for (const pid_t pid : pids) EXPECT_TRUE(process_gone(pid)) << "pid " << pid << " survived";
+}
+
+// The background child ignores SIGINT (as background jobs of sh do), so it takes the process
+// group and SIGKILL to stop it.
+TEST(Launcher, SigintStopsEveryRankAndTheirChildren) {
+  stop_with_signal(SIGINT, 3, 130, "received SIGINT; sending it to ranks 0-2");
+}
+
+// A hangup (the ssh session of anview-run dropped) stops the job as SIGTERM does: the ranks
+// get SIGTERM, and their children go too. Before, SIGHUP killed the launcher alone; its
+// ranks got SIGKILL (PR_SET_PDEATHSIG) and their children lived on.
+TEST(Launcher, SighupSendsTheRanksSigtermAndStopsTheJobWith129) {
+  stop_with_signal(SIGHUP, 2, 129, "received SIGHUP; sending SIGTERM to ranks 0-1");
 }
 
 TEST(Launcher, SigtermStopsTheJobWith143) {

@@ -145,7 +145,10 @@ Job::Job(const LaunchOptions& options) : options_(options) {
   ::signal(SIGPIPE, SIG_IGN);
   sigset_t mask;
   sigemptyset(&mask);
-  for (const int sig : {SIGCHLD, SIGINT, SIGTERM}) sigaddset(&mask, sig);
+  // SIGHUP too: a dropped ssh session must stop the ranks as SIGTERM does, not kill the
+  // launcher alone (its ranks would get SIGKILL from PR_SET_PDEATHSIG, with no chance to
+  // clean up, and their children would live on).
+  for (const int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&mask, sig);
   ::sigprocmask(SIG_BLOCK, &mask, &old_mask_);
   signal_fd_.reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!signal_fd_.valid())
@@ -268,9 +271,12 @@ void Job::on_signals() {
       continue;
     }
     if (!exit_code_) exit_code_ = exit_signal_base + sig;
-    say("received " + signal_name(sig) + "; sending it to " +
+    // A hangup is the terminal's, not the ranks': they are told to terminate.
+    const int forward = sig == SIGHUP ? SIGTERM : sig;
+    say("received " + signal_name(sig) + "; sending " +
+        (forward == sig ? std::string("it") : signal_name(forward)) + " to " +
         rank_list(ranks_where(&RankProcess::running)));
-    stop(sig, Phase::terminating, options_.kill_after);
+    stop(forward, Phase::terminating, options_.kill_after);
   }
 }
 

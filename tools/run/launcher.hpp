@@ -45,10 +45,11 @@ inline constexpr int exit_signal_base = 128;  // + signal number
 //   0                 every rank exited with 0;
 //   the first failing rank's exit code, or 128 + signal when it was killed by a signal;
 //   124               the job ran past `timeout`;
-//   128 + signal      the launcher received SIGINT or SIGTERM and stopped the job.
+//   128 + signal      the launcher received SIGINT, SIGTERM or SIGHUP and stopped the job
+//                     (a SIGHUP reaches the ranks as SIGTERM).
 // Reports on stderr, one "anview-run: ..." line per event: how each failing rank ended and
 // every signal the launcher sends. Blocks; call once per process and from its only thread
-// (it blocks SIGCHLD, SIGINT and SIGTERM and makes the process a child subreaper).
+// (it blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP and makes the process a child subreaper).
 // Raises an internal anview::Error when a rank cannot be started; ranks started by then are
 // killed first.
 int run_job(const LaunchOptions& options);
