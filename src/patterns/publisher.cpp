@@ -160,7 +160,8 @@ class PublisherImpl {
 };
 
 void PublisherImpl::serve(Communicator comm, std::uint64_t id) {
-  std::vector<std::byte> buffer(4096);
+  // Room for the longest subscription (credit frames, received into it later, are shorter).
+  std::vector<std::byte> buffer(ps::max_subscribe_bytes);
   Request r = comm.irecv(buffer.data(), buffer.size(), 1, ps::control_tag);
   if (!wait_or_stop(r)) {
     patterns::cancel_or_finish(r);  // `buffer` goes away when this returns

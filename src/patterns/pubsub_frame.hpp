@@ -23,6 +23,9 @@ inline constexpr std::size_t subscribe_fixed_bytes = 16;
 inline constexpr std::size_t entry_bytes = 16;
 inline constexpr std::size_t max_topics = 64;
 inline constexpr std::size_t max_topic_bytes = 256;
+// The longest subscribe frame: every topic its longest, each after its 2-byte length.
+inline constexpr std::size_t max_subscribe_bytes =
+    header_bytes + subscribe_fixed_bytes + max_topics * (2 + max_topic_bytes);
 // A batch frame is at most this long (the subscriber's receive buffer); payloads above
 // inline_limit are sent apart.
 inline constexpr std::size_t batch_capacity = 64 * 1024;

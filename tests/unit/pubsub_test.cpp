@@ -60,6 +60,27 @@ TEST(PubSub, TopicsByPrefixInOrderSmallAndLarge) {
   EXPECT_EQ(publisher.stats().sent, 51u + 101u);
 }
 
+// The longest subscription the protocol allows (64 topics of 256 bytes) is served. Before,
+// the publisher received subscribe frames into 4 KiB: a larger one failed its receive, the
+// connection was dropped unserved, and the subscriber waited in vain.
+TEST(PubSub, ASubscriptionOfSixtyFourLongTopicsIsServed) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  std::vector<std::string> topics;
+  for (int i = 0; i < 64; ++i) {
+    std::string topic(256, 't');
+    const std::string tail = label(i);
+    topic.replace(topic.size() - tail.size(), tail.size(), tail);
+    topics.push_back(topic);
+  }
+  Subscriber many = Subscriber::connect(publisher.address(), {.topics = topics});
+  wait_for_subscribers(publisher, 1);
+  publisher.publish(topics[63], Message("hello"));
+  auto d = many.next(5s);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->topic, topics[63]);
+  EXPECT_EQ(d->message.text(), "hello");
+}
+
 TEST(PubSub, LateSubscriberStartsAtTheNextMessage) {
   Publisher publisher = Publisher::listen("127.0.0.1:0");
   for (int i = 0; i < 10; ++i) publisher.publish("t", Message("early"));
