@@ -53,7 +53,8 @@ class Publisher {
   // must stay valid until flush() returns (or use a Message that owns its bytes).
   void publish(std::string_view topic, const Message& message);
   // Waits until every message published so far has been handed to its subscribers' transport
-  // or dropped by policy.
+  // or dropped by policy, and the larger ones sent from the message's memory have been taken
+  // by their subscribers (so that memory may be reused once it returns).
   void flush(std::optional<std::chrono::milliseconds> timeout = {});
   // Ends every subscription: subscribers get what was sent, then the end of the stream.
   void close();

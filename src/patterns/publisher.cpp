@@ -275,6 +275,24 @@ void PublisherImpl::flush(std::chrono::milliseconds timeout) {
                               " messages queued"});
     }
   }
+  // A payload sent from the message's memory travels by rendezvous: it is read when the
+  // subscriber takes it, and the memory must stay valid until then (publish()'s promise ends
+  // with flush()). The connections' threads drive the transfers.
+  for (const auto& link : links) {
+    while (link->in_flight->load() > 0) {
+      {
+        std::lock_guard l(link->mu);
+        if (link->gone) break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw Error(ErrorKind::timeout,
+                    {.peer = 1,
+                     .operation = "publisher flush",
+                     .cause = link->name() + " has not taken " +
+                              std::to_string(link->in_flight->load()) + " sends yet"});
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
 }
 
 void PublisherImpl::close() {

@@ -2,6 +2,7 @@
 // (each connection a two-rank communicator, here over shared memory).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -79,6 +80,30 @@ TEST(PubSub, ASubscriptionOfSixtyFourLongTopicsIsServed) {
   ASSERT_TRUE(d);
   EXPECT_EQ(d->topic, topics[63]);
   EXPECT_EQ(d->message.text(), "hello");
+}
+
+// A message over 4 KiB is sent from its own memory, which publish() asks to stay valid until
+// flush() returns: after that the memory is the caller's again. Before, flush() returned once
+// the payload's send was posted; the subscriber read it (rendezvous) only when it took the
+// message, and got what the caller had written there since.
+TEST(PubSub, AfterFlushTheMemoryOfALargeMessageIsTheCallersAgain) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  Subscriber subscriber = Subscriber::connect(publisher.address(), {.topics = {""}});
+  wait_for_subscribers(publisher, 1);
+  std::vector<char> memory(1 << 20, 'A');
+  publisher.publish("t", Message::view(memory.data(), memory.size()));
+  std::thread taker([&] {
+    std::this_thread::sleep_for(50ms);  // takes it a while after publish()
+    auto d = subscriber.next(5s);
+    ASSERT_TRUE(d);
+    const auto bytes = d->message.bytes();
+    EXPECT_EQ(std::count(bytes.begin(), bytes.end(), std::byte{'A'}),
+              static_cast<std::ptrdiff_t>(memory.size()))
+        << "the subscriber got bytes written after flush() returned";
+  });
+  publisher.flush(5s);
+  std::fill(memory.begin(), memory.end(), 'B');
+  taker.join();
 }
 
 TEST(PubSub, LateSubscriberStartsAtTheNextMessage) {
