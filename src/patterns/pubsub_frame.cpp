@@ -123,8 +123,8 @@ bool parse_subscribe(std::span<const std::byte> bytes, Subscription& out, std::s
   out.window = load<std::uint32_t>(p + 4);
   out.queue_limit = load<std::uint32_t>(p + 8);
   out.window_bytes = h.value;
-  if (out.window == 0 || out.window_bytes == 0)
-    return refuse(why, "a window of 0 messages or 0 bytes");
+  if (out.window == 0 || out.window_bytes == 0 || out.queue_limit == 0)
+    return refuse(why, "a window of 0 messages or 0 bytes, or a queue limit of 0");
   if (h.count == 0 || h.count > max_topics)
     return refuse(why,
                   std::to_string(h.count) + " topics (1 to " + std::to_string(max_topics) + ")");

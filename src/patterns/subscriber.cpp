@@ -55,9 +55,10 @@ SubscriberImpl::SubscriberImpl(const std::string& address, SubscribeOptions opti
       options_(std::move(options)),
       comm_(patterns::connect_to(address, "pubsub", options_.connect_timeout)) {
   if (options_.topics.empty() || options_.topics.size() > ps::max_topics || options_.window == 0 ||
-      options_.window_bytes == 0)
-    throw Error(ErrorKind::usage, {.operation = "subscribe",
-                                   .cause = "1 to 64 topics and a window above 0 are needed"});
+      options_.window_bytes == 0 || options_.queue_limit == 0)
+    throw Error(ErrorKind::usage,
+                {.operation = "subscribe",
+                 .cause = "1 to 64 topics, and a window and a queue limit above 0, are needed"});
   for (const auto& t : options_.topics) {
     if (t.size() > ps::max_topic_bytes)
       throw Error(ErrorKind::usage,

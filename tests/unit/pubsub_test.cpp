@@ -106,6 +106,23 @@ TEST(PubSub, AfterFlushTheMemoryOfALargeMessageIsTheCallersAgain) {
   taker.join();
 }
 
+// A queue limit of 0 is refused when subscribing. It was accepted and broke both policies:
+// drop_oldest dropped every message, even with credit to send it, and block made every
+// publish() wait out its timeout.
+TEST(PubSub, AQueueLimitOfZeroIsAUsageError) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  SubscribeOptions options;
+  options.topics = {""};
+  options.queue_limit = 0;
+  try {
+    Subscriber::connect(publisher.address(), options);
+    FAIL() << "a queue limit of 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::usage) << e.what();
+    EXPECT_NE(std::string(e.what()).find("queue limit above 0"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PubSub, LateSubscriberStartsAtTheNextMessage) {
   Publisher publisher = Publisher::listen("127.0.0.1:0");
   for (int i = 0; i < 10; ++i) publisher.publish("t", Message("early"));
