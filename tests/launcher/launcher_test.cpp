@@ -371,6 +371,23 @@ TEST(Launcher, SighupSendsTheRanksSigtermAndStopsTheJobWith129) {
   stop_with_signal(SIGHUP, 2, 129, "received SIGHUP; sending SIGTERM to ranks 0-1");
 }
 
+// Processes a rank leaves behind in its process group when it exits (a background job, a
+// data loader) are stopped with the job: anview-run does not exit while they run on. Before,
+// it exited at once and they lived on under init.
+TEST(Launcher, ProcessesLeftInTheRanksGroupsAreStoppedWithTheJob) {
+  Launcher launcher({"-n", "2", "/bin/sh", "-c", "sleep 300 & echo $!"});
+  const auto r = launcher.finish();
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("every rank has exited; processes left in the process groups of ranks 0-1 "
+                       "still run; sending SIGTERM"),
+            std::string::npos)
+      << r.err;
+  const auto pids = lines_of(r.out);
+  ASSERT_EQ(pids.size(), 2u) << r.out;
+  for (const std::string& pid : pids)
+    EXPECT_TRUE(process_gone(std::stoi(pid))) << pid << " survived";
+}
+
 TEST(Launcher, SigtermStopsTheJobWith143) {
   Launcher launcher({"-n", "2", "/bin/sh", "-c", "echo ready; sleep 30"});
   ASSERT_TRUE(launcher.wait_for_stdout_lines(2));

@@ -121,6 +121,7 @@ class Job {
   void stop(int sig, Phase phase, std::chrono::milliseconds next_step);
   void update_groups();
   std::vector<int> ranks_where(bool RankProcess::*flag) const;
+  void stop_leftovers();
   bool finished() const;
 
   const LaunchOptions& options_;
@@ -253,6 +254,7 @@ int Job::wait() {
     if (fds[0].revents != 0) on_signals();
     reap();
     update_groups();
+    stop_leftovers();
     if (Clock::now() >= std::min(job_deadline_, phase_deadline_) && !finished()) on_deadline();
   }
   if (forwarder_) forwarder_->finish();
@@ -380,12 +382,25 @@ std::vector<int> Job::ranks_where(bool RankProcess::*flag) const {
   return out;
 }
 
-// Done when every rank has been reaped and, if we are stopping the job, everything left in
-// the ranks' process groups is gone too.
+// Every rank has exited, but processes they started are left in their process groups (a
+// data loader, a background job): they belong to the job and are stopped with it, SIGTERM
+// then SIGKILL, instead of living on after anview-run has exited. The exit code stays the
+// ranks'.
+void Job::stop_leftovers() {
+  if (phase_ != Phase::running && phase_ != Phase::grace) return;
+  if (!ranks_where(&RankProcess::running).empty()) return;
+  const std::vector<int> left = ranks_where(&RankProcess::group_alive);
+  if (left.empty()) return;
+  say("every rank has exited; processes left in the process groups of " + rank_list(left) +
+      " still run; sending SIGTERM");
+  stop(SIGTERM, Phase::terminating, options_.kill_after);
+}
+
+// Done when every rank has been reaped and everything left in the ranks' process groups is
+// gone too.
 bool Job::finished() const {
-  if (!ranks_where(&RankProcess::running).empty()) return false;
-  if (phase_ == Phase::running || phase_ == Phase::grace) return true;
-  return ranks_where(&RankProcess::group_alive).empty();
+  return ranks_where(&RankProcess::running).empty() &&
+         ranks_where(&RankProcess::group_alive).empty();
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 //
 // Stopping a rank means signalling its whole process group (SIGTERM, or the signal the
 // launcher received), then SIGKILL `kill_after` later if anything in the group is still alive.
+// Processes the ranks leave in their groups when they exit are stopped the same way before
+// the launcher exits (the exit code stays the ranks').
 // Should the launcher itself be killed with SIGKILL, the ranks get SIGKILL from the kernel
 // (PR_SET_PDEATHSIG); processes they started may then outlive them.
 #pragma once
