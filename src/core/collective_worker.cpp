@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <string>
+#include <thread>
 
 namespace anview::detail {
 
@@ -14,6 +15,13 @@ CollectiveWorker::~CollectiveWorker() {
     queue_->stopping = true;
   }
   queue_->cv.notify_all();
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    // Destroyed by a completion callback on this very thread (it held the communicator's last
+    // handle): a thread cannot join itself. It ends on its own: loop() holds the queue, and
+    // reaches the Messenger through the jobs' requests, not through `this`.
+    thread_.detach();
+    return;
+  }
   thread_.join();
 }
 
@@ -71,7 +79,8 @@ std::optional<Error> CollectiveWorker::execute(Job& job) {
 }
 
 void CollectiveWorker::loop() {
-  Queue& q = *queue_;
+  const std::shared_ptr<Queue> queue = queue_;  // `this` may be gone once a job has completed
+  Queue& q = *queue;
   for (;;) {
     Job job;
     {
@@ -101,9 +110,10 @@ void CollectiveWorker::loop() {
     left.swap(q.jobs);
   }
   for (auto& job : left) {
-    messenger_.finish_external(
+    p2p::Messenger& messenger = *job.request->owner;  // the request holds it
+    messenger.finish_external(
         job.request,
-        Error(ErrorKind::usage, {.rank = messenger_.rank(),
+        Error(ErrorKind::usage, {.rank = messenger.rank(),
                                  .operation = job.request->operation,
                                  .cause = "the communicator was closed before the collective ran"}),
         0);

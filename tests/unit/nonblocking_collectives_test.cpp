@@ -106,6 +106,32 @@ TEST(NonblockingCollectives, CallbackRunsOnceWithTheResult) {
   });
 }
 
+// A completion callback holding the last handle of its communicator runs, and is destroyed,
+// on the collective thread: the communicator closes there. Before, the worker joined its own
+// thread in its destructor (std::system_error in a destructor: the process terminated).
+TEST(NonblockingCollectives, TheLastHandleReleasedOnTheCollectiveThreadClosesTheCommunicator) {
+  std::atomic<bool> called{false};
+  run_ranks(2, [&](Communicator& comm) {
+    auto data = std::make_shared<std::vector<std::int64_t>>(1000, comm.rank() + 1);
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 has let go by now
+      comm.allreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
+      return;
+    }
+    Request r = comm.iallreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
+    r.on_complete([&called, data, keep = comm](const Status&, const Error* error) {
+      EXPECT_EQ(error, nullptr);
+      EXPECT_EQ((*data)[999], 3);
+      called = true;
+    });
+  });  // rank 0's own handle is gone: the callback's copy is the last
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!called.load() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(called.load());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it closes on that thread
+}
+
 // Started, then waited for at once (what torch's synchronous collectives do): a waiting thread
 // that finds its collective next in line and not started runs it itself, rather than waiting
 // for the collective thread; its completion callback then runs on the waiting thread, inside
