@@ -63,6 +63,16 @@ def path_value(result, name, index):
     raise AssertionError(f"no {name} for path {index} in {result['paths']}")
 
 
+def flap(link):
+    """Takes host 1's `link` down 1.5 s into the transfer (under way on both paths), and up 2 s later."""
+    def during(lab):
+        time.sleep(1.5)
+        lab.link(1, link, up=False)
+        time.sleep(2.0)
+        lab.link(1, link, up=True)
+    return during
+
+
 def describe(ranks):
     return "\n".join(f"--- rank {r}: exit {code}\nstdout: {out}\nstderr: {err}"
                      for r, (code, out, err, _) in enumerate(ranks))
@@ -70,14 +80,8 @@ def describe(ranks):
 
 def test_a_gigabyte_survives_a_link_going_down_and_coming_back():
     with Lab(hosts=2, links=2, rates={0: "1gbit", 1: "1gbit"}) as lab:
-        def flap(lab):
-            time.sleep(1.5)  # the transfer is under way on both paths
-            lab.link(1, 1, up=False)
-            time.sleep(2.0)
-            lab.link(1, 1, up=True)
-
         ranks = run_transfer(lab, ["--bytes", 64 << 20, "--messages", 16, "--settle", 20],
-                             during=flap)
+                             during=flap(1))
         assert [r[0] for r in ranks] == [0, 0], describe(ranks)
         sender, receiver = ranks[0][3], ranks[1][3]
         assert receiver["checked"] and receiver["bytes"] == 1 << 30, describe(ranks)
@@ -98,14 +102,8 @@ def test_the_control_path_going_down_stops_nothing():
     on over path 1, or the sends and path 1's data stream wait until the timeout.
     """
     with Lab(hosts=2, links=2, rates={0: "1gbit", 1: "1gbit"}) as lab:
-        def flap(lab):
-            time.sleep(1.5)  # the transfer is under way on both paths
-            lab.link(1, 0, up=False)
-            time.sleep(2.0)
-            lab.link(1, 0, up=True)
-
         ranks = run_transfer(lab, ["--bytes", 64 << 20, "--messages", 16, "--settle", 20],
-                             env={"ANVIEW_TIMEOUT": "20"}, during=flap)
+                             env={"ANVIEW_TIMEOUT": "20"}, during=flap(0))
         assert [r[0] for r in ranks] == [0, 0], describe(ranks)
         sender, receiver = ranks[0][3], ranks[1][3]
         assert receiver["checked"] and receiver["bytes"] == 1 << 30, describe(ranks)

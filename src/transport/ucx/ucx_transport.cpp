@@ -462,14 +462,9 @@ void UcxTransport::fail_link(int peer, const Error& error) {
   conn->close(error);
   attention_ = true;
   if (closing_) return;  // shutdown() quiesces every link
-  if (progressing_) {
-    // Inside UCX's callbacks, which cannot progress the worker: poll() quiesces the link
-    // right after, then tells the sink.
-    unreported_.push_back(Unreported{.peer = peer, .error = error, .left = left});
-    return;
-  }
-  quiesce(*conn, error.kind() != ErrorKind::peer_lost, base::Clock::now() + quiesce_limit);
-  context_.sink->on_peer_failed(peer, error, left);
+  unreported_.push_back(Unreported{.peer = peer, .error = error, .left = left});
+  // Inside UCX's callbacks, which cannot progress the worker, poll() does it right after.
+  if (!progressing_) report_failures();
 }
 
 void UcxTransport::report_failures() {

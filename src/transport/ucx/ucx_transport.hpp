@@ -119,7 +119,7 @@ class UcxTransport final : public Transport, public RemoteAccess, private base::
   // buffer of an operation the sink is about to fail is read or written afterwards. Never
   // inside UCX's callbacks.
   void quiesce(Connection& conn, bool peer_lives, base::Deadline deadline);
-  // The links that failed inside UCX's callbacks: quiesced, then told to the sink.
+  // The failed links not yet told to the sink: quiesced, then told.
   void report_failures();
   Connection* link(int peer) const;
 
