@@ -138,6 +138,9 @@ def point_to_point(comm):
             assert bytes(buf[:st.bytes]) == f"hello from {st.source}".encode() and st.tag == 40 + st.source
     else:
         comm.send(f"hello from {rank}".encode(), 0, tag=40 + rank)
+    # Rank 0's wildcard receives above would match the tag-5 messages below: they start once
+    # every hello has been taken.
+    comm.barrier()
     # A receive whose Request is dropped goes on, and keeps its buffer until it ends (before,
     # dropping the Request let the buffer go at once: it could be resized or freed, and the
     # message landed in freed memory).
