@@ -95,7 +95,7 @@ void Collectives::check_runs(const Call& call, const std::string& algo, std::siz
   }
 }
 
-Topology Collectives::topology(std::size_t element_bytes, bool in_place) const {
+Topology Collectives::topology(std::size_t element_bytes) const {
   const bool agreed = agreed_placement_.load(std::memory_order_acquire) >= 0;
   return {.ranks = messenger_.size(),
           .hosts = agreed ? static_cast<int>(layout_.hosts.size()) : 1,
@@ -106,8 +106,7 @@ Topology Collectives::topology(std::size_t element_bytes, bool in_place) const {
           .shared_whole = shared_whole_bytes,
           .chunk_bytes = chunk_bytes_,
           .eager_bytes = messenger_.eager_bytes(),
-          .element_bytes = element_bytes,
-          .in_place = in_place};
+          .element_bytes = element_bytes};
 }
 
 CostModel Collectives::current_model() const {
@@ -134,7 +133,7 @@ void Collectives::measure_costs() {
 
 const std::string& Collectives::choose_anew(const Call& call, std::string_view collective,
                                             std::size_t bytes, std::size_t element_bytes,
-                                            std::size_t per_rank, bool in_place) {
+                                            std::size_t per_rank) {
   placement();
   if (const Forced* f = forced_for(collective)) {
     check_runs(call, f->algorithm, per_rank);
@@ -142,14 +141,13 @@ const std::string& Collectives::choose_anew(const Call& call, std::string_view c
     return f->algorithm;
   }
   if (model_) {  // measured: a pick depends on the arguments alone (this thread writes model_)
-    if (const Decision* d = recall(collective, Step::whole, bytes, element_bytes, in_place)) {
+    if (const Decision* d = recall(collective, Step::whole, bytes, element_bytes)) {
       call.record.algorithm(d->recorded);
       return d->algorithm;
     }
   } else {
     int choices = 0;
-    for (const auto& c :
-         candidates(collective, bytes, topology(element_bytes, in_place), assumed_costs()))
+    for (const auto& c : candidates(collective, bytes, topology(element_bytes), assumed_costs()))
       choices += c.usable ? 1 : 0;
     if (choices > 1) measure_costs();
   }
@@ -158,19 +156,18 @@ const std::string& Collectives::choose_anew(const Call& call, std::string_view c
                 .name_seen = collective.data(),
                 .bytes = bytes,
                 .element_bytes = element_bytes,
-                .in_place = in_place,
-                .algorithm = pick(collective, bytes, element_bytes, in_place, nullptr)});
+                .algorithm = pick(collective, bytes, element_bytes, nullptr)});
   call.record.algorithm(decisions_[last_decision_].recorded);
   return algorithm;
 }
 
 const Collectives::Decision* Collectives::recall(std::string_view collective, Step step,
-                                                 std::size_t bytes, std::size_t element_bytes,
-                                                 bool in_place) const {
+                                                 std::size_t bytes,
+                                                 std::size_t element_bytes) const {
   // The numbers first: "allreduce" and "broadcast" have the same length, so telling them apart
   // by name takes a memcmp. The last pick first: programs repeat a call.
   const auto same = [&](const Decision& d) {
-    return d.same_numbers(step, bytes, element_bytes, in_place) &&
+    return d.same_numbers(step, bytes, element_bytes) &&
            (d.name_seen == collective.data() || d.collective == collective);
   };
   if (same(decisions_[last_decision_])) return &decisions_[last_decision_];
@@ -194,27 +191,26 @@ const std::string& Collectives::remember(Decision decision) {
 const std::string& Collectives::step_algorithm(std::string_view collective, std::size_t bytes,
                                                std::size_t element_bytes, bool inside_host) {
   const Step step = inside_host ? Step::inside_host : Step::among_hosts;
-  if (const Decision* d = recall(collective, step, bytes, element_bytes, true)) return d->algorithm;
-  const Topology t = topology(element_bytes, true);
+  if (const Decision* d = recall(collective, step, bytes, element_bytes)) return d->algorithm;
+  const Topology t = topology(element_bytes);
   return remember({.collective = std::string(collective),
                    .name_seen = collective.data(),
                    .step = step,
                    .bytes = bytes,
                    .element_bytes = element_bytes,
-                   .in_place = true,
                    .algorithm = flat_step(collective, t, current_model(), bytes,
                                           inside_host ? t.largest_host : t.hosts, inside_host)
                                     .algorithm});
 }
 
 std::string Collectives::pick(std::string_view collective, std::size_t bytes,
-                              std::size_t element_bytes, bool in_place, std::string* why) const {
+                              std::size_t element_bytes, std::string* why) const {
   if (const Forced* f = forced_for(collective)) {
     if (why) *why = "forced by ANVIEW_ALGO";
     return f->algorithm;
   }
   const CostModel model = current_model();
-  const auto list = candidates(collective, bytes, topology(element_bytes, in_place), model);
+  const auto list = candidates(collective, bytes, topology(element_bytes), model);
   const int best = cheapest(list);
   if (best < 0) return {};
   const Candidate& chosen = list[static_cast<std::size_t>(best)];
@@ -277,7 +273,7 @@ std::string Collectives::explain(std::string_view collective, std::size_t bytes)
 
 std::string Collectives::algorithm(std::string_view collective, std::size_t bytes,
                                    std::string* why) const {
-  return pick(collective, bytes, size_of(DataType::float32), false, why);
+  return pick(collective, bytes, size_of(DataType::float32), why);
 }
 
 }  // namespace anview::collectives

@@ -197,9 +197,11 @@ void Collectives::allreduce(const void* send, void* recv, std::size_t count, Dat
     if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
     return;
   }
-  // Every rank reaches the same decisions: they depend on the arguments and on agreed state.
+  // Every rank reaches the same decisions: they depend on the arguments every rank passes alike
+  // and on agreed state. Not on whether the call is in place: ranks may differ in that (as in
+  // NCCL), so the tuner charges every call the copy of an out-of-place one.
   const std::string_view algo = choose(call, "allreduce", bytes, size_of(type),
-                                       allreduce_shared_slot_bytes(bytes, call.size), send == recv);
+                                       allreduce_shared_slot_bytes(bytes, call.size));
   if (algo == "shared") {
     run_guarded(call, [&] {
       allreduce_shared(call, shared_areas_, shared_calls_, send, recv, count, type, op);

@@ -111,7 +111,7 @@ class Collectives {
   // moving `bytes` per rank.
   void check_runs(const Call& call, const std::string& algo, std::size_t bytes) const;
   // What the tuner weighs: the ranks, the agreed placement, the chunk size.
-  Topology topology(std::size_t element_bytes, bool in_place = false) const;
+  Topology topology(std::size_t element_bytes) const;
   // The measured costs once measured, else assumed ones (for reports only).
   CostModel current_model() const;
   // Measures the costs (a collective of its own) unless done.
@@ -121,20 +121,19 @@ class Collectives {
   // what each rank contributes (the shared slots' limit applies to it). Valid until the next
   // call of choose(). `collective` is a string literal (its address identifies it).
   std::string_view choose(const Call& call, std::string_view collective, std::size_t bytes,
-                          std::size_t element_bytes, std::size_t per_rank, bool in_place = false) {
+                          std::size_t element_bytes, std::size_t per_rank) {
     // The last pick again, when nothing it depends on can differ (programs repeat a call):
     // decided inline, without the call below.
     const Decision& d = decisions_[last_decision_];
-    if (d.name_seen == collective.data() &&
-        d.same_numbers(Step::whole, bytes, element_bytes, in_place) && forced_.empty() && model_ &&
-        agreed_placement_.load(std::memory_order_acquire) >= 0) {
+    if (d.name_seen == collective.data() && d.same_numbers(Step::whole, bytes, element_bytes) &&
+        forced_.empty() && model_ && agreed_placement_.load(std::memory_order_acquire) >= 0) {
       call.record.algorithm(d.recorded);
       return d.algorithm;
     }
-    return choose_anew(call, collective, bytes, element_bytes, per_rank, in_place);
+    return choose_anew(call, collective, bytes, element_bytes, per_rank);
   }
   const std::string& choose_anew(const Call& call, std::string_view collective, std::size_t bytes,
-                                 std::size_t element_bytes, std::size_t per_rank, bool in_place);
+                                 std::size_t element_bytes, std::size_t per_rank);
   // The flat algorithm of `collective` that a step of a hierarchical one runs: among the
   // hosts' leaders, or inside each host (the same for every rank: agreed topology and model).
   // Remembered like choose()'s picks, so a repeated call predicts nothing.
@@ -142,7 +141,7 @@ class Collectives {
                                     std::size_t element_bytes, bool inside_host);
   // The pick with the costs as they are (no measuring), and why.
   std::string pick(std::string_view collective, std::size_t bytes, std::size_t element_bytes,
-                   bool in_place, std::string* why) const;
+                   std::string* why) const;
   void check_root(const Call& call, int root) const {
     if (root < 0 || root >= call.size) bad_root(call, root);
   }
@@ -216,17 +215,16 @@ class Collectives {
     Step step = Step::whole;
     std::size_t bytes = 0;
     std::size_t element_bytes = 0;
-    bool in_place = false;
     std::string algorithm;
     const char* recorded = nullptr;  // `algorithm` as the flight recorder takes it
 
-    bool same_numbers(Step s, std::size_t b, std::size_t e, bool p) const {
-      return bytes == b && element_bytes == e && step == s && in_place == p;
+    bool same_numbers(Step s, std::size_t b, std::size_t e) const {
+      return bytes == b && element_bytes == e && step == s;
     }
   };
   // The remembered pick for a call that looks like this one, or null.
   const Decision* recall(std::string_view collective, Step step, std::size_t bytes,
-                         std::size_t element_bytes, bool in_place) const;
+                         std::size_t element_bytes) const;
   const std::string& remember(Decision decision);
   std::array<Decision, 8> decisions_;
   std::size_t next_decision_ = 0;          // the one to replace next

@@ -136,5 +136,43 @@ TEST(Tuner, RanksThatOutnumberTheirCpusAreChargedForSharingThem) {
   std::remove(path.c_str());
 }
 
+// A rank may call allreduce in place while another does not (as NCCL allows): the pick must
+// not depend on it. With copies made very slow, an out-of-place call's input copy made
+// recursive doubling the dearest algorithm for it and the cheapest for the in-place rank: the
+// two ran different algorithms against each other.
+TEST(Tuner, RanksMixingInPlaceAndOutOfPlaceAllreducePickTheSameAlgorithm) {
+  const std::string path = "/tmp/anview-tuner-inplace-" + std::to_string(::getpid()) + ".json";
+  std::remove(path.c_str());
+  ScopedEnv file("ANVIEW_TUNING_FILE", path.c_str());
+  ScopedEnv tcp("ANVIEW_TRANSPORTS", "tcp");  // no same-host algorithm among the candidates
+  explain_with_file(2);
+  nlohmann::json costs = read_json(path);
+  costs["alpha_us"] = 1.0;
+  costs["link_gbs"] = 10.0;
+  costs["reduce_gbs"] = 10.0;
+  costs["copy_gbs"] = 0.001;
+  costs["crowding"] = 1.0;
+  std::ofstream(path) << costs.dump();
+  constexpr std::size_t count = 1024;
+  run_ranks(
+      2,
+      [&](Communicator& comm) {
+        for (int round = 0; round < 3; ++round) {
+          std::vector<float> in(count), out(count, -1);
+          for (std::size_t i = 0; i < count; ++i) in[i] = float(comm.rank() + 1) * float(i % 7);
+          if (comm.rank() == 0) {
+            comm.allreduce(in.data(), count, DataType::float32, ReduceOp::sum);
+            out = in;
+          } else {
+            comm.allreduce(in.data(), out.data(), count, DataType::float32, ReduceOp::sum);
+          }
+          for (std::size_t i = 0; i < count; ++i)
+            ASSERT_EQ(out[i], 3.0f * float(i % 7)) << "rank " << comm.rank() << " index " << i;
+        }
+      },
+      std::chrono::seconds(10));
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace anview
