@@ -55,7 +55,7 @@ Messenger::Messenger(const MessengerConfig& config)
       peers_(static_cast<std::size_t>(config.world_size)),
       posted_(config.world_size),
       unexpected_(config.world_size),
-      regions_(base::random_u64() ^ reinterpret_cast<std::uintptr_t>(this)),
+      regions_(base::random_u64() ^ reinterpret_cast<std::uintptr_t>(this), config.job_id),
       eager_bytes_(static_cast<std::size_t>(eager_setting.as_int())),
       unexpected_limit_(static_cast<std::size_t>(unexpected_setting.as_int())),
       spin_(std::chrono::microseconds(spin_setting.as_int())) {

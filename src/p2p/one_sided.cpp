@@ -30,9 +30,10 @@ constexpr int background_sleep_ms = 50;
 constexpr auto background_back_off = std::chrono::milliseconds(2);
 
 // allocate_memory's segments: a header page, then the region. The header holds the token
-// (0 once deregistered), the region's address in its owner and its size: a peer that maps the
-// segment checks its key against them before it copies (the key may have been altered; the
-// header is the owner's word). Address and size are written before the token is published.
+// (0 once deregistered), the region's address in its owner, its size and its communicator's
+// scope: a peer that maps the segment checks its key and its own scope against them before it
+// copies (the key may have been altered, or come from another communicator; the header is the
+// owner's word). The other fields are written before the token is published.
 constexpr std::size_t segment_header_bytes = 4096;
 constexpr std::size_t max_mappings = 4096;
 
@@ -45,10 +46,15 @@ std::uint64_t& header_address(char* segment) {
 std::uint64_t& header_bytes(char* segment) {
   return reinterpret_cast<std::uint64_t*>(segment)[2];
 }
-// The segment still holds the region `key` names, as the key describes it.
-bool segment_matches(char* segment, const RemoteKey& key) {
+std::uint64_t& header_scope(char* segment) {
+  return reinterpret_cast<std::uint64_t*>(segment)[3];
+}
+// The segment still holds the region `key` names, as the key describes it, registered in the
+// communicator of `scope`.
+bool segment_matches(char* segment, const RemoteKey& key, std::uint64_t scope) {
   return header_token(segment).load(std::memory_order_acquire) == key.token &&
-         header_address(segment) == key.address && header_bytes(segment) == key.bytes;
+         header_address(segment) == key.address && header_bytes(segment) == key.bytes &&
+         header_scope(segment) == scope;
 }
 
 // A large copy in pieces: one memcpy of many megabytes switches to non-temporal stores,
@@ -142,6 +148,7 @@ RemoteKey Messenger::add_region(void* data, std::size_t bytes,
       key.fd = segment->fd();
       header_address(segment->data()) = record.address;
       header_bytes(segment->data()) = record.bytes;
+      header_scope(segment->data()) = record.scope;
       header_token(segment->data()).store(record.token, std::memory_order_release);
       segments_.emplace(record.token, std::move(segment));
     }
@@ -186,7 +193,7 @@ std::shared_ptr<char> Messenger::mapping(const transport::PeerMemory& memory,
       memory.map(key.fd, segment_header_bytes + std::max<std::uint64_t>(key.bytes, 1), &why);
   // Mapped as large as the key says: kept only if the owner's header says the same (a key
   // altered to a larger size must not leave a mapping that later keys trust).
-  if (mapped && !segment_matches(mapped.get(), key)) return nullptr;
+  if (mapped && !segment_matches(mapped.get(), key, config_.job_id)) return nullptr;
   if (!mapped) {
     base::log("p2p", base::LogLevel::info, "rank ", key.rank,
               "'s allocated region is not mappable here (", why,
@@ -321,7 +328,8 @@ std::optional<Error> Messenger::direct_rma(RequestImpl& op, const transport::Pee
   try {
     RegionRecord record;
     memory.read(key.record, &record, sizeof record, name);
-    if (record.token != key.token || record.address != key.address || record.bytes != key.bytes)
+    if (record.token != key.token || record.address != key.address || record.bytes != key.bytes ||
+        record.scope != config_.job_id)
       return rma_error(op, ErrorKind::usage, stale_cause(key.rank));
     if (op.kind == RequestImpl::Kind::put) {
       memory.write(key.address + offset, op.send_data, op.send_bytes, name);
@@ -337,7 +345,7 @@ std::optional<Error> Messenger::direct_rma(RequestImpl& op, const transport::Pee
 
 std::optional<Error> Messenger::mapped_rma(RequestImpl& op, char* segment, const RemoteKey& key,
                                            std::uint64_t offset) {
-  if (!segment_matches(segment, key)) {
+  if (!segment_matches(segment, key, config_.job_id)) {
     Lock lock(mu_);
     mappings_.erase(std::make_pair(key.rank, key.token));
     return rma_error(op, ErrorKind::usage, stale_cause(key.rank));

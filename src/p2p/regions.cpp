@@ -16,6 +16,7 @@ const RegionRecord& RegionTable::add(const void* data, std::size_t bytes) {
   }
   record->address = reinterpret_cast<std::uint64_t>(data);
   record->bytes = bytes;
+  record->scope = scope_;
   record->token = token;
   by_token_.emplace(token, record);
   return *record;

@@ -1,6 +1,7 @@
 // The memory regions this rank registered for one-sided access (one_sided.cpp), and the record
 // of each that initiators with direct access (cross-memory attach) read before they touch the
-// memory: a key whose record no longer matches names a region that is gone.
+// memory: a key whose record no longer matches names a region that is gone, and one whose
+// record names another communicator is not this communicator's to use.
 #pragma once
 
 #include <cstddef>
@@ -16,13 +17,15 @@ struct RegionRecord {
   std::uint64_t token = 0;  // 0: free
   std::uint64_t address = 0;
   std::uint64_t bytes = 0;
+  std::uint64_t scope = 0;  // the communicator's job id: its ranks agree on it, others differ
 };
-static_assert(sizeof(RegionRecord) == 24, "RegionRecord is read across processes");
+static_assert(sizeof(RegionRecord) == 32, "RegionRecord is read across processes");
 
 class RegionTable {
  public:
-  // `salt` makes tokens differ between communicators (and runs).
-  explicit RegionTable(std::uint64_t salt) : salt_(salt) {}
+  // `salt` makes tokens differ between communicators (and runs); `scope` goes into every
+  // record.
+  RegionTable(std::uint64_t salt, std::uint64_t scope) : salt_(salt), scope_(scope) {}
   RegionTable(const RegionTable&) = delete;
   RegionTable& operator=(const RegionTable&) = delete;
 
@@ -35,6 +38,7 @@ class RegionTable {
 
  private:
   std::uint64_t salt_;
+  std::uint64_t scope_;
   std::uint64_t next_ = 0;
   std::deque<RegionRecord> records_;
   std::vector<RegionRecord*> free_;

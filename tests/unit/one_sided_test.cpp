@@ -329,6 +329,42 @@ TEST_P(OneSided, AKeyEnlargedByTheCallerIsRefusedAndNothingIsWritten) {
   });
 }
 
+// A key is good in the communicator that made it only (docs/one-sided.md). The frame paths
+// look the token up in that communicator's table; the direct and mapped paths read the owner's
+// record or segment header, which named no communicator: they accepted another one's key.
+TEST_P(OneSided, AKeyOfAnotherCommunicatorIsRefusedAndNothingIsWritten) {
+  run(2, [&](Communicator& comm) {
+    Communicator other = comm.split(0, comm.rank());
+    std::vector<unsigned char> registered(4096, 0x22);
+    MemoryRegion regions[] = {other.register_memory(registered.data(), registered.size()),
+                              other.allocate_memory(4096)};
+    std::memset(regions[1].data(), 0x22, 4096);
+    const int peer = 1 - comm.rank();
+    const std::vector<unsigned char> out(4096, 0x99);
+    std::vector<unsigned char> back(4096, 0);
+    for (const MemoryRegion& region : regions) {
+      const RemoteKey key = exchange_keys(other, region)[static_cast<std::size_t>(peer)];
+      const Error put = expect_error([&] { comm.put(out.data(), out.size(), key, 0).wait(); });
+      EXPECT_EQ(put.kind(), ErrorKind::usage) << put.what();
+      EXPECT_EQ(expect_error([&] { comm.flush(peer).wait(); }).kind(), ErrorKind::usage);
+      const Error get = expect_error([&] { comm.get(back.data(), back.size(), key, 0).wait(); });
+      EXPECT_EQ(get.kind(), ErrorKind::usage) << get.what();
+      EXPECT_EQ(expect_error([&] { comm.flush(peer).wait(); }).kind(), ErrorKind::usage);
+      // Where gets are served by the owner's progress, the peer's may still wait for ours.
+      others_are_done(comm);
+      // Its own communicator takes it.
+      other.get(back.data(), back.size(), key, 0).wait();
+      EXPECT_EQ(back, std::vector<unsigned char>(4096, 0x22));
+    }
+    others_are_done(comm);
+    for (const MemoryRegion& region : regions) {
+      const auto* mine = static_cast<const unsigned char*>(region.data());
+      for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(mine[i], 0x22) << i;
+    }
+    others_are_done(comm);
+  });
+}
+
 TEST_P(OneSided, ARankReachesItsOwnRegion) {
   run(1, [&](Communicator& comm) {
     std::vector<unsigned char> memory(1000, 0);
