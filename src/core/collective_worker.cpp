@@ -6,8 +6,7 @@
 
 namespace anview::detail {
 
-CollectiveWorker::CollectiveWorker(p2p::Messenger& messenger)
-    : messenger_(messenger), thread_([this] { loop(); }) {}
+CollectiveWorker::CollectiveWorker() : thread_([queue = queue_] { loop(queue); }) {}
 
 CollectiveWorker::~CollectiveWorker() {
   {
@@ -18,7 +17,7 @@ CollectiveWorker::~CollectiveWorker() {
   if (thread_.get_id() == std::this_thread::get_id()) {
     // Destroyed by a completion callback on this very thread (it held the communicator's last
     // handle): a thread cannot join itself. It ends on its own: loop() holds the queue, and
-    // reaches the Messenger through the jobs' requests, not through `this`.
+    // reaches the Messenger through the jobs' requests; nothing of it uses `this`.
     thread_.detach();
     return;
   }
@@ -27,10 +26,11 @@ CollectiveWorker::~CollectiveWorker() {
 
 void CollectiveWorker::submit(p2p::RequestPtr request, std::size_t bytes, std::function<void()> job,
                               bool caller_waits) {
-  // `this` is used only while the queue is not stopping, which the destructor waits out.
-  request->run_here = [this, weak = std::weak_ptr<Queue>(queue_), raw = request.get()] {
+  // Not `this`: the hook may be called after the worker is gone, while a detached thread
+  // still holds the queue.
+  request->run_here = [weak = std::weak_ptr<Queue>(queue_), raw = request.get()] {
     const auto queue = weak.lock();
-    return queue && run_here(raw);
+    return queue && run_here(*queue, raw);
   };
   {
     std::lock_guard lock(queue_->mu);
@@ -39,8 +39,7 @@ void CollectiveWorker::submit(p2p::RequestPtr request, std::size_t bytes, std::f
   if (!caller_waits) queue_->cv.notify_one();
 }
 
-bool CollectiveWorker::run_here(const p2p::RequestImpl* request) {
-  Queue& q = *queue_;
+bool CollectiveWorker::run_here(Queue& q, const p2p::RequestImpl* request) {
   Job job;
   {
     std::lock_guard lock(q.mu);
@@ -50,8 +49,6 @@ bool CollectiveWorker::run_here(const p2p::RequestImpl* request) {
     q.jobs.pop_front();
     q.running = true;
   }
-  // The destructor may go on once `running` is false: nothing of `this` is used after that.
-  p2p::Messenger& messenger = messenger_;
   auto error = execute(job);
   bool wake;
   {
@@ -61,7 +58,7 @@ bool CollectiveWorker::run_here(const p2p::RequestImpl* request) {
   }
   if (wake) q.cv.notify_all();  // else the thread sleeps on: waking it for nothing costs a core
   // The request holds the messenger: it outlives this call even when the worker is gone.
-  messenger.finish_external(job.request, std::move(error), job.bytes);
+  job.request->owner->finish_external(job.request, std::move(error), job.bytes);
   return true;
 }
 
@@ -71,15 +68,14 @@ std::optional<Error> CollectiveWorker::execute(Job& job) {
   } catch (const Error& e) {
     return e;
   } catch (const std::exception& e) {
-    return Error(
-        ErrorKind::internal,
-        {.rank = messenger_.rank(), .operation = job.request->operation, .cause = e.what()});
+    return Error(ErrorKind::internal, {.rank = job.request->owner->rank(),
+                                       .operation = job.request->operation,
+                                       .cause = e.what()});
   }
   return std::nullopt;
 }
 
-void CollectiveWorker::loop() {
-  const std::shared_ptr<Queue> queue = queue_;  // `this` may be gone once a job has completed
+void CollectiveWorker::loop(const std::shared_ptr<Queue>& queue) {
   Queue& q = *queue;
   for (;;) {
     Job job;
@@ -101,7 +97,7 @@ void CollectiveWorker::loop() {
     }
     // Completed with the queue free: a waiter may start the next collective while this one's
     // callbacks (user code: a torch future's, say) still run here.
-    messenger_.finish_external(job.request, std::move(error), job.bytes);
+    job.request->owner->finish_external(job.request, std::move(error), job.bytes);
   }
   // Closing: what never ran fails, so nobody waits for it forever.
   std::deque<Job> left;

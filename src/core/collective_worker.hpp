@@ -23,7 +23,7 @@ namespace anview::detail {
 
 class CollectiveWorker {
  public:
-  explicit CollectiveWorker(p2p::Messenger& messenger);
+  CollectiveWorker();
   // Lets the running collective finish (on this thread or a waiter's), fails the queued ones
   // ("the communicator was closed"), joins the thread.
   ~CollectiveWorker();
@@ -54,13 +54,14 @@ class CollectiveWorker {
     bool running = false;
     bool stopping = false;
   };
-  void loop();
+  // The thread's and the waiters' side touch the queue and the jobs' requests (which hold the
+  // messenger), never the worker: it may be gone while they run.
+  static void loop(const std::shared_ptr<Queue>& queue);
   // Runs `request`'s job on the calling thread if it is first in the queue and none runs.
-  bool run_here(const p2p::RequestImpl* request);
+  static bool run_here(Queue& q, const p2p::RequestImpl* request);
   // Runs the job's collective; the Error it ended with, if any.
-  std::optional<Error> execute(Job& job);
+  static std::optional<Error> execute(Job& job);
 
-  p2p::Messenger& messenger_;
   std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();
   std::thread thread_;  // last: starts after the members it uses exist
 };

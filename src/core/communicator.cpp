@@ -130,7 +130,7 @@ Request CommunicatorImpl::start_collective(const char* name, std::size_t bytes,
   {
     std::lock_guard lock(worker_mu_);
     if (!worker_) {
-      worker_ = std::make_unique<CollectiveWorker>(*messenger_);
+      worker_ = std::make_unique<CollectiveWorker>();
       worker_started_.store(worker_.get(), std::memory_order_release);
     }
     worker_->submit(request, bytes, dumping_on_error(std::move(job)));

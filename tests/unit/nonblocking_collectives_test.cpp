@@ -14,12 +14,14 @@
 #include <thread>
 #include <vector>
 
+#include "support/scoped_env.hpp"
 #include "support/thread_ranks.hpp"
 
 namespace anview {
 namespace {
 
 using testing::run_ranks;
+using testing::ScopedEnv;
 
 float value(int rank, std::size_t i) {
   return static_cast<float>((rank + 1) * static_cast<int>(i % 5 + 1));
@@ -130,6 +132,48 @@ TEST(NonblockingCollectives, TheLastHandleReleasedOnTheCollectiveThreadClosesThe
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_TRUE(called.load());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // it closes on that thread
+}
+
+// The same close on the collective thread, while another thread waits for a collective queued
+// behind it: the waiter keeps asking the worker whether it may run that one itself (spinning,
+// here for seconds), and the worker is freed meanwhile. Before, the question went through the
+// freed worker (ASan: heap-use-after-free); now it goes to the queue alone, and the waiter gets
+// the closed communicator's error.
+TEST(NonblockingCollectives, AWaiterOfAQueuedCollectiveOutlivesTheWorkerClosedByACallback) {
+  ScopedEnv spin("ANVIEW_SPIN_US", "3000000");
+  for (int round = 0; round < 5; ++round) {  // the window is short: ASan caught 1 round in 3
+    std::atomic<bool> called{false};
+    std::thread waiter;
+    std::atomic<int> waiter_error{-1};
+    run_ranks(2, [&](Communicator& comm) {
+      auto data = std::make_shared<std::vector<std::int64_t>>(1000, comm.rank() + 1);
+      if (comm.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 has let go by now
+        comm.allreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
+        return;
+      }
+      Request first = comm.iallreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
+      first.on_complete(
+          [&called, data, keep = comm](const Status&, const Error*) { called = true; });
+      auto more = std::make_shared<std::vector<std::int64_t>>(2000, 1);
+      // Two behind it that rank 1 never joins: the waiter's is not next in line, so only the
+      // closing fails it.
+      Request second = comm.iallreduce(more->data(), 1000, DataType::int64, ReduceOp::sum);
+      Request third = comm.iallreduce(more->data() + 1000, 1000, DataType::int64, ReduceOp::sum);
+      waiter = std::thread(
+          [&waiter_error, more, second = std::move(second), third = std::move(third)]() mutable {
+            try {
+              third.wait(std::chrono::seconds(10));
+              waiter_error = 0;
+            } catch (const Error& e) {
+              waiter_error = static_cast<int>(e.kind());
+            }
+          });
+    });
+    waiter.join();
+    EXPECT_TRUE(called.load());
+    EXPECT_EQ(waiter_error.load(), static_cast<int>(ErrorKind::usage));
+  }
 }
 
 // Started, then waited for at once (what torch's synchronous collectives do): a waiting thread
