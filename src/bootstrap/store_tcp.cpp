@@ -7,9 +7,12 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "anview/error.hpp"
 #include "base/clock.hpp"
+#include "base/log.hpp"
+#include "base/random.hpp"
 #include "base/socket.hpp"
 #include "base/tls.hpp"
 #include "bootstrap/store_impl.hpp"
@@ -70,8 +73,11 @@ class TcpStoreClient {
   ErrorContext context(const std::string& operation) const {
     return {.rank = rank_, .peer_address = shown_, .operation = operation};
   }
+  // A connection, through the handshake, tried again while the store cuts handshakes off.
   Channel connect(base::Deadline deadline, const std::string& operation,
                   std::chrono::milliseconds timeout);
+  Channel connect_once(base::Deadline deadline, const std::string& operation,
+                       std::chrono::milliseconds timeout);
   // With a job secret: proves it to the server and checks the server's proof (hello, prove).
   void authenticate(Channel& channel, base::Deadline deadline, const std::string& operation);
   // Reads a reply's header and body; `op` names the request.
@@ -101,6 +107,31 @@ class TcpStoreClient {
 
 Channel TcpStoreClient::connect(base::Deadline deadline, const std::string& operation,
                                 std::chrono::milliseconds timeout) {
+  // The store drops the oldest connection still in its handshake (TLS, the secret's hello and
+  // prove) once more than ANVIEW_MAX_PENDING_CONNECTIONS are: a large job's ranks connecting
+  // at once. A handshake cut off so is tried again, after a growing, randomized pause (the
+  // ranks must not come back in step), until the deadline. The handshake changes nothing in
+  // the store, so trying again is safe; an error of another kind is final.
+  auto pause = std::chrono::milliseconds(2);
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return connect_once(deadline, operation, timeout);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::link || (secret_.empty() && !tls_) ||
+          base::Clock::now() + pause >= deadline)
+        throw;
+      base::log("store", base::LogLevel::debug, "rank ", rank_, ": the store at ", shown_,
+                " closed the connection during its handshake (attempt ", attempt, ": ", e.cause(),
+                "); connecting again");
+    }
+    std::this_thread::sleep_for(
+        pause / 2 + std::chrono::milliseconds(base::random_u64() % (pause.count() + 1)));
+    pause = std::min(pause * 2, std::chrono::milliseconds(200));
+  }
+}
+
+Channel TcpStoreClient::connect_once(base::Deadline deadline, const std::string& operation,
+                                     std::chrono::milliseconds timeout) {
   Channel channel;
   try {
     channel.fd = base::connect_tcp(target_, deadline, context(operation));

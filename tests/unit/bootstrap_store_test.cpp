@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -651,6 +652,32 @@ TEST_F(TcpStoreAuthTest, AStoreWithoutASecretRefusesAClientWithOne) {
       expect_error([&] { Store::connect_tcp(open.address(), {.timeout = test_timeout}); });
   EXPECT_EQ(e.kind(), ErrorKind::auth) << e.what();
   EXPECT_NE(e.cause().find("has no job secret"), std::string::npos) << e.what();
+}
+
+// A job's ranks connecting at once outnumber ANVIEW_MAX_PENDING_CONNECTIONS: the store drops
+// the oldest connection still in its handshake (hello, prove), and its client connects again.
+// Before, that client failed ("connection closed by the peer" in store.connect).
+TEST_F(TcpStoreAuthTest, ClientsCutOffInTheirHandshakeByThePendingLimitConnectAgain) {
+  testing::ScopedEnv pending("ANVIEW_MAX_PENDING_CONNECTIONS", "2");
+  Store server = Store::serve_tcp("127.0.0.1:0", {.timeout = test_timeout, .rank = 0});
+  constexpr int clients = 32;
+  std::mutex mu;
+  std::vector<std::string> errors;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        Store c = Store::connect_tcp(server.address(), {.timeout = test_timeout, .rank = i + 1});
+        c.add("joined", 1);
+      } catch (const Error& e) {
+        const std::lock_guard lock(mu);
+        errors.push_back(e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(errors.empty()) << errors.size() << " failed, the first: " << errors.front();
+  EXPECT_EQ(server.add("joined", 0), clients);
 }
 
 // A request other than the handshake's from a client that has not proven the secret is
