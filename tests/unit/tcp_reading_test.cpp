@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "support/scoped_env.hpp"
@@ -125,6 +127,159 @@ TEST(TcpReading, AChunkTheSinkRefusedIsAcknowledgedLikeAnyOther) {
     }
   }
   EXPECT_EQ(chunks_acknowledged, 2u) << "the acknowledgement stopped below the refused chunk";
+}
+
+// Path `index` of `count` from the raw rank 0, past its handshake; invalid on failure.
+base::Fd connect_path(TcpRankOne& rank1, std::uint8_t index, std::uint8_t count) {
+  base::Fd peer = rank1.connect();
+  if (!peer.valid()) return peer;
+  Handshake hello = rank1.hello();
+  set_path_fields(hello, {.path = index, .path_count = count, .generation = 1});
+  send_bytes(peer.get(), &hello, sizeof hello);
+  Handshake ack;
+  if (!rank1.drive_until(
+          [&] {
+            return ::recv(peer.get(), &ack, sizeof ack, MSG_DONTWAIT | MSG_PEEK) == sizeof ack;
+          },
+          2s) ||
+      !TcpRankOne::read_exactly(peer.get(), &ack, sizeof ack))
+    return base::Fd();
+  return peer;
+}
+
+// What rank 1 says about its link to rank 0 (describe_peer): how many paths are up, and how
+// many data chunks wait for a stream.
+int paths_up(TcpTransport& tcp) {
+  const std::string text = tcp.describe_peer(0);
+  int up = 0;
+  for (auto at = text.find(" up"); at != std::string::npos; at = text.find(" up", at + 1)) ++up;
+  return up;
+}
+long chunks_waiting(TcpTransport& tcp) {
+  const std::string text = tcp.describe_peer(0);
+  const auto at = text.find(" waiting for a stream");
+  if (at == std::string::npos) return -1;
+  const auto open = text.rfind('(', at);
+  return std::stol(text.substr(open + 1, at - open - 1));
+}
+
+// Takes what the socket holds now, without waiting.
+std::size_t take_available(int fd, std::vector<char>& into, std::size_t most) {
+  const std::size_t had = into.size();
+  into.resize(had + most);
+  const ssize_t n = ::recv(fd, into.data() + had, most, MSG_DONTWAIT);
+  into.resize(had + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+  return into.size() - had;
+}
+
+// A data chunk whose path failed after the peer had it whole is sent again on another path,
+// and can still sit in that stream's queue when the acknowledgement of its first copy
+// completes the send: the caller may then free or reuse its buffer. Before, the copy was
+// written from that buffer all the same (memory the caller freed: here, bytes it wrote after
+// the send completed went out); now the acknowledgement takes the copy out of the queue.
+TEST(TcpReading, AnAcknowledgedChunkSentAgainIsNotWrittenFromTheCallersBuffer) {
+  const ScopedEnv streams("ANVIEW_TCP_STREAMS", "1");
+  const ScopedEnv ifaces("ANVIEW_IFACES", "lo");
+  // Small socket buffers: what a stream queued stays in its queue while the peer reads little.
+  const ScopedEnv buffers("ANVIEW_TCP_SOCKBUF", "65536");
+  TakingSink sink;
+  TcpRankOne rank1(sink, 13);
+  base::Fd paths[2] = {connected_rank_zero(rank1, 2), connect_path(rank1, 1, 2)};
+  ASSERT_TRUE(paths[0].valid() && paths[1].valid());
+  for (const auto& fd : paths) base::set_buffer_sizes(fd.get(), 65536);
+  TcpTransport& tcp = rank1.transport();
+  ASSERT_TRUE(rank1.drive_until([&] { return paths_up(tcp) == 2; }, 2s)) << tcp.describe_peer(0);
+
+  // The chunk, first: it goes out at once on one path (the "first").
+  std::vector<char> chunk(4096, 'c');
+  bool chunk_done = false;
+  FrameHeader header;
+  header.type = 1;
+  header.payload_bytes = static_cast<std::uint32_t>(chunk.size());
+  tcp.post_send(0, header, chunk.data(), Ordering::any_stream, [&](const Error* error) {
+    ASSERT_EQ(error, nullptr);
+    chunk_done = true;
+    std::memset(chunk.data(), 'X', chunk.size());  // the caller's buffer is its own again
+  });
+  int first = -1;
+  ASSERT_TRUE(rank1.drive_until(
+      [&] {
+        for (int p = 0; p < 2 && first < 0; ++p) {
+          // The frames the socket holds (rank 1's own may come before the chunk).
+          std::vector<char> peek(1 << 16);
+          const ssize_t n =
+              ::recv(paths[p].get(), peek.data(), peek.size(), MSG_DONTWAIT | MSG_PEEK);
+          WireHeader h;
+          for (std::size_t at = 0; n > 0 && at + sizeof h <= static_cast<std::size_t>(n);
+               at += sizeof h + h.frame.payload_bytes) {
+            std::memcpy(&h, peek.data() + at, sizeof h);
+            if (h.seq == (chunk_seq_bit | 1)) first = p;
+          }
+        }
+        return first >= 0;
+      },
+      2s));
+  const int second = 1 - first;
+  // 40 MiB behind it, which neither path's sockets can hold: both streams' queues fill.
+  const std::vector<char> filler(256 * 1024, 'f');
+  header.payload_bytes = static_cast<std::uint32_t>(filler.size());
+  for (int i = 0; i < 160; ++i)
+    tcp.post_send(0, header, filler.data(), Ordering::any_stream, [](const Error*) {});
+  rank1.drive_until([] { return false; }, 300ms);
+  // The peer takes the chunk whole on the first path, which then fails.
+  WireHeader h;
+  std::vector<char> got;
+  do {  // (rank 1's own frames may come first)
+    ASSERT_TRUE(TcpRankOne::read_exactly(paths[first].get(), &h, sizeof h));
+    got.resize(h.frame.payload_bytes);
+    if (!got.empty()) {
+      ASSERT_TRUE(TcpRankOne::read_exactly(paths[first].get(), got.data(), got.size()));
+    }
+  } while (h.seq != (chunk_seq_bit | 1));
+  ASSERT_EQ(got, std::vector<char>(4096, 'c'));
+  paths[first].reset();
+  ASSERT_TRUE(rank1.drive_until([&] { return paths_up(tcp) == 1; }, 2s)) << tcp.describe_peer(0);
+  // The second path's stream drains a little, until the chunk, first in line to go again,
+  // joins its queue (behind most of a megabyte).
+  const long waiting = chunks_waiting(tcp);
+  ASSERT_GT(waiting, 0) << tcp.describe_peer(0);
+  std::vector<char> stream;
+  ASSERT_TRUE(rank1.drive_until(
+      [&] {
+        if (chunks_waiting(tcp) < waiting) return true;
+        take_available(paths[second].get(), stream, 16 * 1024);
+        return false;
+      },
+      5s))
+      << tcp.describe_peer(0);
+  // Its first copy is acknowledged, and the send completes.
+  WireHeader ack;
+  ack.frame.type = frame_ack;
+  ack.frame.id = 1;
+  send_bytes(paths[second].get(), &ack, sizeof ack);
+  ASSERT_TRUE(rank1.drive_until([&] { return chunk_done; }, 2s)) << tcp.describe_peer(0);
+  // Everything the second path carries from now on: no copy of the chunk from its buffer.
+  auto last_data = std::chrono::steady_clock::now();
+  rank1.drive_until(
+      [&] {
+        if (take_available(paths[second].get(), stream, 1 << 20) > 0)
+          last_data = std::chrono::steady_clock::now();
+        return std::chrono::steady_clock::now() - last_data > 300ms;
+      },
+      20s);
+  std::size_t at = 0, fillers = 0;
+  while (stream.size() - at >= sizeof h) {
+    std::memcpy(&h, stream.data() + at, sizeof h);
+    if (stream.size() - at - sizeof h < h.frame.payload_bytes) break;
+    const char* payload = stream.data() + at + sizeof h;
+    if (h.seq == (chunk_seq_bit | 1)) {
+      EXPECT_EQ(std::string(payload, h.frame.payload_bytes), std::string(4096, 'c'))
+          << "the chunk went out again from the buffer its send had given back";
+    }
+    if (h.frame.payload_bytes == filler.size()) ++fillers;
+    at += sizeof h + h.frame.payload_bytes;
+  }
+  EXPECT_GE(fillers, 160u);  // every other chunk arrived, some twice
 }
 
 }  // namespace

@@ -84,6 +84,10 @@ class Connection final : public base::FdHandler {
   // Queues a frame; writes at once when nothing is queued before it. `done` may run inside
   // this call. The payload must stay valid until `done` runs.
   void queue_send(const WireHeader& header, const void* payload, SendDone done);
+  // The queued frame numbered `seq` (a copy sent again after a path failed) need not go out
+  // any more: the peer acknowledged its first copy, and its payload may be freed now. Not
+  // started, it is dropped, its `done` uncalled; started, it goes out from a copy of the rest.
+  void withdraw(std::uint64_t seq);
   std::size_t queued_bytes() const { return queued_bytes_; }
   // Frames queued since the connection was made (an idle stream's count stands still).
   std::uint64_t frames_queued() const { return frames_queued_; }
@@ -176,6 +180,7 @@ class Connection final : public base::FdHandler {
     std::uint32_t bytes;  // payload bytes
     std::size_t sent;     // of header + payload
     SendDone done;
+    std::unique_ptr<char[]> own;  // the payload, copied by withdraw(); else the caller's
   };
 
   void update_interest();

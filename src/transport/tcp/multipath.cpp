@@ -122,9 +122,17 @@ void TcpTransport::send_ack(int peer) {
   conn->queue_send(ack, nullptr, nullptr);
 }
 
+void TcpTransport::withdraw_copies(PeerLink& link, const Unacked& entry) {
+  if (!entry.resent) return;
+  for (auto& path : link.paths)
+    for (auto& conn : path.streams)
+      if (conn) conn->withdraw(entry.seq);
+}
+
 void TcpTransport::on_acknowledged(int peer, std::uint64_t ordered, std::uint64_t chunks) {
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
   while (!link.ordered_unacked.empty() && link.ordered_unacked.front().seq <= ordered) {
+    withdraw_copies(link, link.ordered_unacked.front());  // they point into its `copy`
     SendDone done = std::move(link.ordered_unacked.front().done);
     link.ordered_unacked.pop_front();
     if (done) done(nullptr);
@@ -132,6 +140,7 @@ void TcpTransport::on_acknowledged(int peer, std::uint64_t ordered, std::uint64_
   std::vector<SendDone> completed;
   while (!link.chunk_unacked.empty() &&
          (link.chunk_unacked.front().seq & ~chunk_seq_bit) <= chunks) {
+    withdraw_copies(link, link.chunk_unacked.front());  // before the caller's buffer goes
     completed.push_back(std::move(link.chunk_unacked.front().done));
     link.chunk_unacked.pop_front();
   }
@@ -214,6 +223,7 @@ void TcpTransport::path_failed(int peer, int index, const std::string& cause, bo
   for (auto& entry : link.chunk_unacked) {
     if (entry.path != index) continue;
     entry.path = -1;
+    entry.resent = true;
     again.push_back(entry.seq & ~chunk_seq_bit);
   }
   std::uint64_t resent = again.size();
@@ -221,6 +231,7 @@ void TcpTransport::path_failed(int peer, int index, const std::string& cause, bo
   for (auto& entry : link.ordered_unacked) {
     if (entry.path != index) continue;
     entry.path = -1;
+    entry.resent = true;
     ++resent;
   }
   path.resent_frames += resent;

@@ -122,6 +122,9 @@ class TcpTransport final : public Transport, private base::FdHandler {
     std::unique_ptr<char[]> copy;
     SendDone done;  // ordered: when first written; data chunks: when acknowledged
     int path = -1;  // where it was last queued; -1: waiting for a path
+    // Queued again after its path failed: a copy may sit in another stream's queue when the
+    // first copy's acknowledgement lets `payload` go (Connection::withdraw).
+    bool resent = false;
   };
 
   struct PeerLink {
@@ -220,6 +223,8 @@ class TcpTransport final : public Transport, private base::FdHandler {
   void grants_after_path_up(PeerLink& link);
   int active_senders(base::Clock::time_point now) const;
   void on_acknowledged(int peer, std::uint64_t ordered, std::uint64_t chunks);
+  // Takes the copies of an acknowledged frame that was sent again out of the stream queues.
+  void withdraw_copies(PeerLink& link, const Unacked& entry);
   void on_ordered_written(int peer, std::uint64_t seq);
   Landing deliver_sequenced(Connection& conn, PeerLink& link, const WireHeader& header,
                             bool may_defer);
