@@ -2,6 +2,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "anview/param_server.hpp"
 #include "base/log.hpp"
@@ -63,6 +64,10 @@ struct Key {
   std::uint64_t applied = 0;  // synchronous: the last step applied
   std::map<std::uint64_t, StepSum> steps;                  // synchronous: steps being pushed
   std::vector<std::pair<std::uint64_t, Responder>> pulls;  // waiting for a step (or settle)
+  // Names its handover to another server, from when it left this one: a handover repeated
+  // (its reply lost, so the change failed and was repeated) carries the same id, and the new
+  // owner adds it once.
+  std::string handover_id;
 };
 
 }  // namespace
@@ -109,6 +114,8 @@ class ParamServerImpl {
   // Keys a ring change took from here whose handover to their new owner failed: the next ring
   // call (the client repeats a change that failed) hands them over again.
   std::vector<std::pair<std::string, Key>> handover_;
+  std::uint64_t handovers_ = 0;              // ids given out (handover_id)
+  std::unordered_set<std::string> adopted_;  // handover ids applied here
   std::uint64_t epoch_ = 0;
   HashRing ring_;
   bool settled_ = true;
@@ -282,6 +289,7 @@ Message ParamServerImpl::ring(const Message& request) {
       settled_ = epoch_ == 1;  // the first ring moves nothing
       for (auto it = keys_.begin(); it != keys_.end();) {
         if (ring_.owner(it->first) != self_) {
+          it->second.handover_id = self_ + "#" + std::to_string(++handovers_);
           leaving.emplace_back(it->first, std::move(it->second));
           it = keys_.erase(it);
         } else {
@@ -292,6 +300,7 @@ Message ParamServerImpl::ring(const Message& request) {
     // A key an earlier change could not hand over whose owner is this server again stays.
     for (auto it = leaving.begin(); it != leaving.end();) {
       if (ring_.owner(it->first) == self_) {
+        it->second.handover_id.clear();  // should it leave again, that is another handover
         keys_.insert_or_assign(it->first, std::move(it->second));
         it = leaving.erase(it);
       } else {
@@ -330,8 +339,8 @@ Message ParamServerImpl::ring(const Message& request) {
 }
 
 void ParamServerImpl::hand_over(const std::string& name, const Key& key) {
-  std::string header =
-      name + "\n" + std::string(name_of(key.type)) + "\n" + std::to_string(key.applied) + "\n";
+  std::string header = name + "\n" + std::string(name_of(key.type)) + "\n" +
+                       std::to_string(key.applied) + "\n" + key.handover_id + "\n";
   for (const auto& [step, sum] : key.steps)
     header += std::to_string(step) + " " + std::to_string(sum.count) + "\n";
   Message m(header);
@@ -356,24 +365,27 @@ void ParamServerImpl::hand_over(const std::string& name, const Key& key) {
 
 Message ParamServerImpl::adopt(const Message& request) {
   const auto ls = param::lines(request.text());
-  if (ls.size() < 3) throw std::runtime_error("a malformed handover");
+  if (ls.size() < 4) throw std::runtime_error("a malformed handover");
   const std::string name(ls[0]);
   const auto applied = param::number(ls[2]);
   const auto type = data_type_named(ls[1]);
-  if (!applied || !type || request.tensors().size() != ls.size() - 2)
+  const std::string id(ls[3]);
+  if (!applied || !type || id.empty() || request.tensors().size() != ls.size() - 3)
     throw std::runtime_error("a malformed handover of '" + name + "'");
   const Tensor& value = values(request, "adopt");
   std::lock_guard lock(mu_);
+  // The same handover again: its first reply was lost. Added once.
+  if (adopted_.contains(id)) return Message(param::ok_reply);
   // Pushes that reached this server first are added: aggregation is linear.
   Key& key = key_for(name, *type, value.bytes());
   accumulate(key.type, key.value, static_cast<const std::byte*>(value.data), 1);
   key.applied = std::max(key.applied, *applied);
-  for (std::size_t i = 3; i < ls.size(); ++i) {
+  for (std::size_t i = 4; i < ls.size(); ++i) {
     const auto space = ls[i].find(' ');
     const auto step = param::number(ls[i].substr(0, space));
     const auto count =
         space == std::string_view::npos ? std::nullopt : param::number(ls[i].substr(space + 1));
-    const Tensor& sum = request.tensors()[i - 2];
+    const Tensor& sum = request.tensors()[i - 3];
     if (!step || !count || sum.bytes() != key.value.size())
       throw std::runtime_error("a malformed step in the handover of '" + name + "'");
     StepSum& s = key.steps[*step];
@@ -381,6 +393,7 @@ Message ParamServerImpl::adopt(const Message& request) {
     accumulate(key.type, s.sum, static_cast<const std::byte*>(sum.data), 1);
     s.count += static_cast<int>(*count);
   }
+  adopted_.insert(id);
   apply_ready(key);
   answer_pulls(key);
   return Message(param::ok_reply);

@@ -170,5 +170,34 @@ TEST(ParamServer, KeysWhoseHandoverFailedAreHandedOverWhenTheChangeIsRepeated) {
       << "keys were lost";
 }
 
+// A handover applied by the new owner whose reply is lost fails the change, and the repeated
+// change hands the key over again (the test above): the new owner must add it once. Here the
+// same handover reaches a real server twice. Before, the value was added twice.
+TEST(ParamServer, AHandoverRepeatedAfterALostReplyIsAddedOnce) {
+  namespace param = patterns::param;
+  ParamServer b = ParamServer::listen("127.0.0.1:0");
+  ParamClient client = ParamClient::connect({b.address()});
+  const float pushed[2] = {1, 1};
+  client.push("k", pushed, 2, DataType::float32);  // reached the new owner before the handover
+  const float handed[2] = {10, 20};
+  RpcClient peer = RpcClient::connect(b.address());
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    Message m("k\nfloat32\n0\n127.0.0.1:1#7\n");
+    m.add_tensor({.dtype = DataType::float32, .shape = {2}, .data = handed});
+    EXPECT_EQ(peer.call_sync(param::adopt_method, m).text().substr(0, param::ok_reply.size()),
+              param::ok_reply);
+  }
+  float got[2] = {0, 0};
+  client.pull("k", got, 2, DataType::float32);
+  EXPECT_EQ(got[0], 11.0f);
+  EXPECT_EQ(got[1], 21.0f);
+  // Another handover of the key (another id) is added.
+  Message m("k\nfloat32\n0\n127.0.0.1:1#8\n");
+  m.add_tensor({.dtype = DataType::float32, .shape = {2}, .data = handed});
+  peer.call_sync(param::adopt_method, m);
+  client.pull("k", got, 2, DataType::float32);
+  EXPECT_EQ(got[0], 21.0f);
+}
+
 }  // namespace
 }  // namespace anview
