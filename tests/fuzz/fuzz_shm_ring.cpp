@@ -42,7 +42,7 @@ void hostile(const std::uint8_t* in, std::size_t size) {
   std::memcpy(ring.data.data(), in + 9, std::min(size - 9, ring.data.size()));
   ring.control->head.store(head);
   shm::RingReader reader;
-  reader.attach(ring.control, ring.data.data());
+  reader.attach(ring.control, ring.data.data(), ring.data.size(), ring.control->flag_salt);
   // A record is read where its sequence number says it is due, else where `head` announces
   // it; either way it lies inside the ring, and each ring offset holds one sequence number, so
   // the reading ends within a lap.
@@ -62,9 +62,9 @@ void hostile(const std::uint8_t* in, std::size_t size) {
 void honest(const std::uint8_t* in, std::size_t size) {
   Ring ring(1024);
   shm::RingWriter writer;
-  writer.attach(ring.control, ring.data.data());
+  writer.attach(ring.control, ring.data.data(), ring.data.size());
   shm::RingReader reader;
-  reader.attach(ring.control, ring.data.data());
+  reader.attach(ring.control, ring.data.data(), ring.data.size(), ring.control->flag_salt);
   struct Sent {
     shm::RecordKind kind;
     std::size_t bytes;

@@ -27,8 +27,8 @@ struct LocalRing {
     control->flag_salt = 0x5eed5a17f00dULL;
     control->head.store(0);
     control->tail.store(0);
-    writer.attach(control, memory.data() + ring_data_offset);
-    reader.attach(control, memory.data() + ring_data_offset);
+    writer.attach(control, memory.data() + ring_data_offset, capacity);
+    reader.attach(control, memory.data() + ring_data_offset, capacity, control->flag_salt);
   }
   std::vector<char> memory;
   RingControl* control;

@@ -97,7 +97,8 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   in_control->version = ring_version;
   in_control->capacity = own_ring_bytes;
   // Random, so that no payload anyone sends holds a flag due on some ring but by chance.
-  in_control->flag_salt = base::random_u64();
+  const std::uint64_t salt = base::random_u64();
+  in_control->flag_salt = salt;
   in_control->consumer_flags = reads_by_reference_ ? consumer_reads_by_reference : 0;
   in_control->head.store(0, std::memory_order_relaxed);
   in_control->tail.store(0, std::memory_order_relaxed);
@@ -106,7 +107,7 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   in_control->close_cause.store(-1, std::memory_order_relaxed);
   in_control->ready.store(1, std::memory_order_release);
   in_control_ = in_control;
-  in_.attach(in_control, in_slot_.data() + ring_data_offset);
+  in_.attach(in_control, in_slot_.data() + ring_data_offset, own_ring_bytes, salt);
   return true;
 }
 
@@ -124,7 +125,7 @@ bool Connection::check_up(std::string* why) {
     return false;
   }
   peer_reads_by_reference_ = (out_control_->consumer_flags & consumer_reads_by_reference) != 0;
-  out_.attach(out_control_, out_slot_.data() + ring_data_offset);
+  out_.attach(out_control_, out_slot_.data() + ring_data_offset, endpoint_.ring_bytes);
   state_ = State::up;
   readable_.store(true, std::memory_order_relaxed);
   connecting_.store(false, std::memory_order_relaxed);
@@ -239,9 +240,10 @@ bool Connection::flush() {
 
 void Connection::update_blocked() {
   const bool blocked = !controls_.empty() || !sendq_.empty() || goodbye_queued_;
-  if (blocked)
-    blocked_at_tail_.store(out_control_->tail.load(std::memory_order_acquire),
-                           std::memory_order_relaxed);
+  // The tail the failed reserve() saw, not the tail now: space the consumer freed since then
+  // (its wake-up came while we were not asleep, and went unsent) must count as progress, or
+  // we would sleep on a ring that has room.
+  if (blocked) blocked_at_tail_.store(out_.seen_tail(), std::memory_order_relaxed);
   blocked_.store(blocked, std::memory_order_relaxed);
 }
 

@@ -136,10 +136,12 @@ inline constexpr std::size_t record_size(std::size_t body) {
 // The producer's view of a ring.
 class RingWriter {
  public:
-  void attach(RingControl* control, char* data) {
+  // `capacity`: the size checked against what the handshake announced, not read again from
+  // memory the peer can write.
+  void attach(RingControl* control, char* data, std::size_t capacity) {
     control_ = control;
     data_ = data;
-    capacity_ = control->capacity;
+    capacity_ = capacity;
     salt_ = control->flag_salt;
     head_ = control->head.load(std::memory_order_relaxed);
     tail_ = control->tail.load(std::memory_order_acquire);
@@ -178,6 +180,8 @@ class RingWriter {
 
   // The consumer freed space since we last looked (for sleeping decisions).
   bool tail_moved() const { return control_->tail.load(std::memory_order_acquire) != tail_; }
+  // The consumer's position as we last read it: where a reserve() that found no room saw it.
+  std::uint64_t seen_tail() const { return tail_; }
 
  private:
   bool has_room(std::size_t bytes) {
@@ -216,11 +220,13 @@ class RingReader {
     std::size_t bytes;
   };
 
-  void attach(RingControl* control, char* data) {
+  // `capacity` and `salt`: what this side wrote into the control block (the peer can write
+  // there too; they are not read back).
+  void attach(RingControl* control, char* data, std::size_t capacity, std::uint64_t salt) {
     control_ = control;
     data_ = data;
-    capacity_ = control->capacity;
-    salt_ = control->flag_salt;
+    capacity_ = capacity;
+    salt_ = salt;
     tail_ = control->tail.load(std::memory_order_relaxed);
   }
   bool attached() const { return control_ != nullptr; }
