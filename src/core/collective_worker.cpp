@@ -9,18 +9,24 @@ namespace anview::detail {
 CollectiveWorker::CollectiveWorker() : thread_([queue = queue_] { loop(queue); }) {}
 
 CollectiveWorker::~CollectiveWorker() {
+  Queue& q = *queue_;
   {
-    std::lock_guard lock(queue_->mu);
-    queue_->stopping = true;
+    std::unique_lock lock(q.mu);
+    q.stopping = true;
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      // Destroyed by a completion callback on this very thread (it held the communicator's
+      // last handle): a thread cannot join itself. A waiter may be running the next collective
+      // (run_here), which uses the communicator: that one ends first, as join() would wait for
+      // it. Then the thread ends on its own: loop() holds the queue, and reaches the Messenger
+      // through the jobs' requests; nothing of it uses `this`.
+      q.cv.wait(lock, [&] { return !q.running; });
+      lock.unlock();
+      q.cv.notify_all();
+      thread_.detach();
+      return;
+    }
   }
-  queue_->cv.notify_all();
-  if (thread_.get_id() == std::this_thread::get_id()) {
-    // Destroyed by a completion callback on this very thread (it held the communicator's last
-    // handle): a thread cannot join itself. It ends on its own: loop() holds the queue, and
-    // reaches the Messenger through the jobs' requests; nothing of it uses `this`.
-    thread_.detach();
-    return;
-  }
+  q.cv.notify_all();
   thread_.join();
 }
 

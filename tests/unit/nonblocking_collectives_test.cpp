@@ -176,6 +176,48 @@ TEST(NonblockingCollectives, AWaiterOfAQueuedCollectiveOutlivesTheWorkerClosedBy
   }
 }
 
+// The same close, while a waiter runs the next collective itself (run_here): the closing waits
+// for it, as join() would, before the communicator is torn down. Before, the worker detached
+// at once and the communicator was freed under the running collective (ASan:
+// heap-use-after-free in the collective).
+TEST(NonblockingCollectives, ACloseOnTheCollectiveThreadWaitsForTheCollectiveAWaiterRuns) {
+  ScopedEnv spin("ANVIEW_SPIN_US", "3000000");
+  std::atomic<bool> called{false};
+  std::thread waiter;
+  std::vector<std::int64_t> second(1000, 0);
+  std::atomic<int> waiter_error{-1};
+  run_ranks(2, [&](Communicator& comm) {
+    auto data = std::make_shared<std::vector<std::int64_t>>(1000, comm.rank() + 1);
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 has let go by now
+      comm.allreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 closes meanwhile
+      comm.allreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
+      return;
+    }
+    Request first = comm.iallreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
+    first.on_complete([&called, data, keep = comm](const Status&, const Error*) {
+      // The waiter takes the next collective meanwhile.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      called = true;
+    });
+    std::fill(second.begin(), second.end(), 1);
+    Request next = comm.iallreduce(second.data(), second.size(), DataType::int64, ReduceOp::sum);
+    waiter = std::thread([&waiter_error, next = std::move(next)]() mutable {
+      try {
+        next.wait(std::chrono::seconds(10));
+        waiter_error = 0;
+      } catch (const Error& e) {
+        waiter_error = static_cast<int>(e.kind()) + 1;
+      }
+    });
+  });
+  waiter.join();
+  EXPECT_TRUE(called.load());
+  EXPECT_EQ(waiter_error.load(), 0);
+  EXPECT_EQ(second[999], 1 + 3);  // rank 1 passes its first result (1 + 2) again
+}
+
 // Started, then waited for at once (what torch's synchronous collectives do): a waiting thread
 // that finds its collective next in line and not started runs it itself, rather than waiting
 // for the collective thread; its completion callback then runs on the waiting thread, inside
