@@ -76,8 +76,9 @@ class TcpStoreClient {
   // A connection, through the handshake, tried again while the store cuts handshakes off.
   Channel connect(base::Deadline deadline, const std::string& operation,
                   std::chrono::milliseconds timeout);
+  // `authenticating`: set once the connection is made and the secret's handshake begins.
   Channel connect_once(base::Deadline deadline, const std::string& operation,
-                       std::chrono::milliseconds timeout);
+                       std::chrono::milliseconds timeout, bool* authenticating);
   // With a job secret: proves it to the server and checks the server's proof (hello, prove).
   void authenticate(Channel& channel, base::Deadline deadline, const std::string& operation);
   // Reads a reply's header and body; `op` names the request.
@@ -107,31 +108,34 @@ class TcpStoreClient {
 
 Channel TcpStoreClient::connect(base::Deadline deadline, const std::string& operation,
                                 std::chrono::milliseconds timeout) {
-  // The store drops the oldest connection still in its handshake (TLS, the secret's hello and
+  // The store drops the oldest connection still in its handshake (the secret's hello and
   // prove) once more than ANVIEW_MAX_PENDING_CONNECTIONS are: a large job's ranks connecting
-  // at once. A handshake cut off so is tried again, after a growing, randomized pause (the
-  // ranks must not come back in step), until the deadline. The handshake changes nothing in
-  // the store, so trying again is safe; an error of another kind is final.
+  // at once. A connection that was made and then lost in that handshake is tried again, after
+  // a growing, randomized pause (the ranks must not come back in step), until the deadline.
+  // The handshake changes nothing in the store, so trying again is safe; any other error
+  // (the TCP connect itself, TLS, a refused secret) is final.
   auto pause = std::chrono::milliseconds(2);
   for (int attempt = 1;; ++attempt) {
+    bool authenticating = false;
     try {
-      return connect_once(deadline, operation, timeout);
+      return connect_once(deadline, operation, timeout, &authenticating);
     } catch (const Error& e) {
-      if (e.kind() != ErrorKind::link || (secret_.empty() && !tls_) ||
-          base::Clock::now() + pause >= deadline)
-        throw;
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - base::Clock::now());
+      if (e.kind() != ErrorKind::link || !authenticating || left <= pause) throw;
       base::log("store", base::LogLevel::debug, "rank ", rank_, ": the store at ", shown_,
                 " closed the connection during its handshake (attempt ", attempt, ": ", e.cause(),
                 "); connecting again");
+      std::this_thread::sleep_for(std::min(
+          left - pause,
+          pause / 2 + std::chrono::milliseconds(base::random_u64() % (pause.count() + 1))));
     }
-    std::this_thread::sleep_for(
-        pause / 2 + std::chrono::milliseconds(base::random_u64() % (pause.count() + 1)));
     pause = std::min(pause * 2, std::chrono::milliseconds(200));
   }
 }
 
 Channel TcpStoreClient::connect_once(base::Deadline deadline, const std::string& operation,
-                                     std::chrono::milliseconds timeout) {
+                                     std::chrono::milliseconds timeout, bool* authenticating) {
   Channel channel;
   try {
     channel.fd = base::connect_tcp(target_, deadline, context(operation));
@@ -150,7 +154,10 @@ Channel TcpStoreClient::connect_once(base::Deadline deadline, const std::string&
       fail(e.kind(), operation, "TLS with the store at " + shown_ + ": " + e.cause());
     }
   }
-  if (!secret_.empty()) authenticate(channel, deadline, operation);
+  if (!secret_.empty()) {
+    *authenticating = true;
+    authenticate(channel, deadline, operation);
+  }
   return channel;
 }
 

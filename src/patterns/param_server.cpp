@@ -1,11 +1,12 @@
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "anview/param_server.hpp"
 #include "base/log.hpp"
+#include "base/random.hpp"
 #include "patterns/param_protocol.hpp"
 
 namespace anview {
@@ -68,7 +69,12 @@ struct Key {
   // (its reply lost, so the change failed and was repeated) carries the same id, and the new
   // owner adds it once.
   std::string handover_id;
+  std::vector<std::string> adopted;  // the ids of the last handovers of it applied here
 };
+
+// How many handover ids a key remembers: a repeat follows its first attempt within one ring
+// change, long before this many other handovers of the same key.
+constexpr std::size_t adopted_ids_kept = 16;
 
 }  // namespace
 
@@ -114,8 +120,10 @@ class ParamServerImpl {
   // Keys a ring change took from here whose handover to their new owner failed: the next ring
   // call (the client repeats a change that failed) hands them over again.
   std::vector<std::pair<std::string, Key>> handover_;
-  std::uint64_t handovers_ = 0;              // ids given out (handover_id)
-  std::unordered_set<std::string> adopted_;  // handover ids applied here
+  // Handover ids: this server's address, a number of this process (a server restarted on the
+  // same address must not repeat an id) and a counter.
+  const std::string handover_prefix_;
+  std::uint64_t handovers_ = 0;
   std::uint64_t epoch_ = 0;
   HashRing ring_;
   bool settled_ = true;
@@ -126,7 +134,10 @@ class ParamServerImpl {
 };
 
 ParamServerImpl::ParamServerImpl(const std::string& host_port, ParamServerOptions options)
-    : options_(options), rpc_(RpcServer::listen(host_port, options.rpc)), self_(rpc_.address()) {
+    : options_(options),
+      rpc_(RpcServer::listen(host_port, options.rpc)),
+      self_(rpc_.address()),
+      handover_prefix_(self_ + "#" + std::to_string(base::random_u64()) + "#") {
   if (options_.workers < 1)
     throw Error(ErrorKind::usage, {.operation = "param server",
                                    .cause = "workers is " + std::to_string(options_.workers)});
@@ -289,7 +300,7 @@ Message ParamServerImpl::ring(const Message& request) {
       settled_ = epoch_ == 1;  // the first ring moves nothing
       for (auto it = keys_.begin(); it != keys_.end();) {
         if (ring_.owner(it->first) != self_) {
-          it->second.handover_id = self_ + "#" + std::to_string(++handovers_);
+          it->second.handover_id = handover_prefix_ + std::to_string(++handovers_);
           leaving.emplace_back(it->first, std::move(it->second));
           it = keys_.erase(it);
         } else {
@@ -375,7 +386,10 @@ Message ParamServerImpl::adopt(const Message& request) {
   const Tensor& value = values(request, "adopt");
   std::lock_guard lock(mu_);
   // The same handover again: its first reply was lost. Added once.
-  if (adopted_.contains(id)) return Message(param::ok_reply);
+  if (const auto it = keys_.find(name);
+      it != keys_.end() && std::find(it->second.adopted.begin(), it->second.adopted.end(), id) !=
+                               it->second.adopted.end())
+    return Message(param::ok_reply);
   // Pushes that reached this server first are added: aggregation is linear.
   Key& key = key_for(name, *type, value.bytes());
   accumulate(key.type, key.value, static_cast<const std::byte*>(value.data), 1);
@@ -393,7 +407,8 @@ Message ParamServerImpl::adopt(const Message& request) {
     accumulate(key.type, s.sum, static_cast<const std::byte*>(sum.data), 1);
     s.count += static_cast<int>(*count);
   }
-  adopted_.insert(id);
+  if (key.adopted.size() == adopted_ids_kept) key.adopted.erase(key.adopted.begin());
+  key.adopted.push_back(id);
   apply_ready(key);
   answer_pulls(key);
   return Message(param::ok_reply);

@@ -278,25 +278,27 @@ void Connection::queue_send(const WireHeader& header, const void* payload, SendD
   if (sendq_.size() == 1) flush();
 }
 
-void Connection::withdraw(std::uint64_t seq) {
+bool Connection::withdraw(std::uint64_t seq) {
   for (auto it = sendq_.begin(); it != sendq_.end(); ++it) {
     if (it->header.seq != seq) continue;
-    // The front frame may be inside a TLS record that did not go out whole: it must go on.
-    const bool started = it->sent > 0 || (it == sendq_.begin() && tls_ && tls_->write_stalled());
+    // A TLS record that did not go out whole (encrypted already, offered again as it is) may
+    // hold the first bytes of any frame near the front: while one waits, nothing is dropped.
+    const bool started = it->sent > 0 || (tls_ && tls_->write_stalled());
     if (!started) {
       queued_bytes_ -= header_bytes + it->bytes;
       if (credited_ && !counts_for_credit(it->header) && uncounted_queued_ > 0) --uncounted_queued_;
       sendq_.erase(it);
-      return;
+      return true;
     }
-    if (it->own || it->bytes == 0) return;
+    if (it->own || it->bytes == 0) return false;
     // The same bytes at the same offsets (a TLS session may write from the moved buffer).
     const std::size_t from = it->sent > header_bytes ? it->sent - header_bytes : 0;
     it->own.reset(new char[it->bytes]);
     std::memcpy(it->own.get() + from, it->payload + from, it->bytes - from);
     it->payload = it->own.get();
-    return;
+    return false;
   }
+  return false;
 }
 
 void Connection::flush() {

@@ -87,7 +87,8 @@ class Connection final : public base::FdHandler {
   // The queued frame numbered `seq` (a copy sent again after a path failed) need not go out
   // any more: the peer acknowledged its first copy, and its payload may be freed now. Not
   // started, it is dropped, its `done` uncalled; started, it goes out from a copy of the rest.
-  void withdraw(std::uint64_t seq);
+  // True when it was dropped (the stream has room for more).
+  bool withdraw(std::uint64_t seq);
   std::size_t queued_bytes() const { return queued_bytes_; }
   // Frames queued since the connection was made (an idle stream's count stands still).
   std::uint64_t frames_queued() const { return frames_queued_; }

@@ -122,17 +122,20 @@ void TcpTransport::send_ack(int peer) {
   conn->queue_send(ack, nullptr, nullptr);
 }
 
-void TcpTransport::withdraw_copies(PeerLink& link, const Unacked& entry) {
-  if (!entry.resent) return;
+bool TcpTransport::withdraw_copies(PeerLink& link, const Unacked& entry) {
+  if (!entry.resent) return false;
+  bool dropped = false;
   for (auto& path : link.paths)
     for (auto& conn : path.streams)
-      if (conn) conn->withdraw(entry.seq);
+      if (conn && conn->withdraw(entry.seq)) dropped = true;
+  return dropped;
 }
 
 void TcpTransport::on_acknowledged(int peer, std::uint64_t ordered, std::uint64_t chunks) {
   PeerLink& link = peers_[static_cast<std::size_t>(peer)];
+  bool room = false;  // a copy dropped from a stream's queue: chunks may wait for that room
   while (!link.ordered_unacked.empty() && link.ordered_unacked.front().seq <= ordered) {
-    withdraw_copies(link, link.ordered_unacked.front());  // they point into its `copy`
+    room |= withdraw_copies(link, link.ordered_unacked.front());  // they point into its `copy`
     SendDone done = std::move(link.ordered_unacked.front().done);
     link.ordered_unacked.pop_front();
     if (done) done(nullptr);
@@ -140,12 +143,13 @@ void TcpTransport::on_acknowledged(int peer, std::uint64_t ordered, std::uint64_
   std::vector<SendDone> completed;
   while (!link.chunk_unacked.empty() &&
          (link.chunk_unacked.front().seq & ~chunk_seq_bit) <= chunks) {
-    withdraw_copies(link, link.chunk_unacked.front());  // before the caller's buffer goes
+    room |= withdraw_copies(link, link.chunk_unacked.front());  // before the caller's buffer goes
     completed.push_back(std::move(link.chunk_unacked.front().done));
     link.chunk_unacked.pop_front();
   }
   for (auto& done : completed)
     if (done) done(nullptr);
+  if (room && !link.chunk_queue.empty()) feed(peer);
 }
 
 void TcpTransport::on_ordered_written(int peer, std::uint64_t seq) {

@@ -224,7 +224,8 @@ class TcpTransport final : public Transport, private base::FdHandler {
   int active_senders(base::Clock::time_point now) const;
   void on_acknowledged(int peer, std::uint64_t ordered, std::uint64_t chunks);
   // Takes the copies of an acknowledged frame that was sent again out of the stream queues.
-  void withdraw_copies(PeerLink& link, const Unacked& entry);
+  // True when one was dropped from a queue (the stream has room).
+  bool withdraw_copies(PeerLink& link, const Unacked& entry);
   void on_ordered_written(int peer, std::uint64_t seq);
   Landing deliver_sequenced(Connection& conn, PeerLink& link, const WireHeader& header,
                             bool may_defer);
