@@ -108,6 +108,17 @@ TEST(NonblockingCollectives, CallbackRunsOnceWithTheResult) {
   });
 }
 
+// Rank 1's part in the tests where rank 0 lets go of its communicator: it joins rank 0's first
+// allreduce once rank 0 has let go, and its second (if `second`) once rank 0 is closing.
+void joins_after_rank_zero_let_go(Communicator& comm, std::vector<std::int64_t>& data,
+                                  bool second = false) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 has let go by now
+  comm.allreduce(data.data(), data.size(), DataType::int64, ReduceOp::sum);
+  if (!second) return;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 closes meanwhile
+  comm.allreduce(data.data(), data.size(), DataType::int64, ReduceOp::sum);
+}
+
 // A completion callback holding the last handle of its communicator runs, and is destroyed,
 // on the collective thread: the communicator closes there. Before, the worker joined its own
 // thread in its destructor (std::system_error in a destructor: the process terminated).
@@ -115,11 +126,7 @@ TEST(NonblockingCollectives, TheLastHandleReleasedOnTheCollectiveThreadClosesThe
   std::atomic<bool> called{false};
   run_ranks(2, [&](Communicator& comm) {
     auto data = std::make_shared<std::vector<std::int64_t>>(1000, comm.rank() + 1);
-    if (comm.rank() == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 has let go by now
-      comm.allreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
-      return;
-    }
+    if (comm.rank() == 1) return joins_after_rank_zero_let_go(comm, *data);
     Request r = comm.iallreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
     r.on_complete([&called, data, keep = comm](const Status&, const Error* error) {
       EXPECT_EQ(error, nullptr);
@@ -147,11 +154,7 @@ TEST(NonblockingCollectives, AWaiterOfAQueuedCollectiveOutlivesTheWorkerClosedBy
     std::atomic<int> waiter_error{-1};
     run_ranks(2, [&](Communicator& comm) {
       auto data = std::make_shared<std::vector<std::int64_t>>(1000, comm.rank() + 1);
-      if (comm.rank() == 1) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 has let go by now
-        comm.allreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
-        return;
-      }
+      if (comm.rank() == 1) return joins_after_rank_zero_let_go(comm, *data);
       Request first = comm.iallreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
       first.on_complete(
           [&called, data, keep = comm](const Status&, const Error*) { called = true; });
@@ -188,13 +191,7 @@ TEST(NonblockingCollectives, ACloseOnTheCollectiveThreadWaitsForTheCollectiveAWa
   std::atomic<int> waiter_error{-1};
   run_ranks(2, [&](Communicator& comm) {
     auto data = std::make_shared<std::vector<std::int64_t>>(1000, comm.rank() + 1);
-    if (comm.rank() == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 has let go by now
-      comm.allreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 closes meanwhile
-      comm.allreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
-      return;
-    }
+    if (comm.rank() == 1) return joins_after_rank_zero_let_go(comm, *data, true);
     Request first = comm.iallreduce(data->data(), data->size(), DataType::int64, ReduceOp::sum);
     first.on_complete([&called, data, keep = comm](const Status&, const Error*) {
       // The waiter takes the next collective meanwhile.
