@@ -172,6 +172,29 @@ std::size_t take_available(int fd, std::vector<char>& into, std::size_t most) {
   return into.size() - had;
 }
 
+// Which of the raw rank 0's two path sockets carries data chunk 1 (peeked at, not taken;
+// rank 1's own frames may come before it); -1 if neither within 2 s.
+int path_of_first_chunk(TcpRankOne& rank1, const base::Fd (&paths)[2]) {
+  int first = -1;
+  rank1.drive_until(
+      [&] {
+        for (int p = 0; p < 2 && first < 0; ++p) {
+          std::vector<char> peek(1 << 16);
+          const ssize_t n =
+              ::recv(paths[p].get(), peek.data(), peek.size(), MSG_DONTWAIT | MSG_PEEK);
+          WireHeader h;
+          for (std::size_t at = 0; n > 0 && at + sizeof h <= static_cast<std::size_t>(n);
+               at += sizeof h + h.frame.payload_bytes) {
+            std::memcpy(&h, peek.data() + at, sizeof h);
+            if (h.seq == (chunk_seq_bit | 1)) first = p;
+          }
+        }
+        return first >= 0;
+      },
+      2s);
+  return first;
+}
+
 // A data chunk whose path failed after the peer had it whole is sent again on another path,
 // and can still sit in that stream's queue when the acknowledgement of its first copy
 // completes the send: the caller may then free or reuse its buffer. Before, the copy was
@@ -201,24 +224,8 @@ TEST(TcpReading, AnAcknowledgedChunkSentAgainIsNotWrittenFromTheCallersBuffer) {
     chunk_done = true;
     std::memset(chunk.data(), 'X', chunk.size());  // the caller's buffer is its own again
   });
-  int first = -1;
-  ASSERT_TRUE(rank1.drive_until(
-      [&] {
-        for (int p = 0; p < 2 && first < 0; ++p) {
-          // The frames the socket holds (rank 1's own may come before the chunk).
-          std::vector<char> peek(1 << 16);
-          const ssize_t n =
-              ::recv(paths[p].get(), peek.data(), peek.size(), MSG_DONTWAIT | MSG_PEEK);
-          WireHeader h;
-          for (std::size_t at = 0; n > 0 && at + sizeof h <= static_cast<std::size_t>(n);
-               at += sizeof h + h.frame.payload_bytes) {
-            std::memcpy(&h, peek.data() + at, sizeof h);
-            if (h.seq == (chunk_seq_bit | 1)) first = p;
-          }
-        }
-        return first >= 0;
-      },
-      2s));
+  const int first = path_of_first_chunk(rank1, paths);
+  ASSERT_GE(first, 0) << tcp.describe_peer(0);
   const int second = 1 - first;
   // 40 MiB behind it, which neither path's sockets can hold: both streams' queues fill.
   const std::vector<char> filler(256 * 1024, 'f');
@@ -280,6 +287,67 @@ TEST(TcpReading, AnAcknowledgedChunkSentAgainIsNotWrittenFromTheCallersBuffer) {
     at += sizeof h + h.frame.payload_bytes;
   }
   EXPECT_GE(fillers, 160u);  // every other chunk arrived, some twice
+}
+
+// With three paths, a chunk whose path failed is sent again on a path that comes up later. The
+// peer must learn of the failure on that path before the copy: the news went out only on the
+// paths up when it failed, and the peer, still reading the original on the failed path (it
+// does not know it failed), took the copy read first on the new path for a duplicate and
+// dropped it, then lost the original with the path: the message never completed. Now a path
+// that comes up carries the news of every failed path first.
+TEST(TcpReading, APathThatComesUpTellsOfTheFailedPathsBeforeAnyCopy) {
+  const ScopedEnv streams("ANVIEW_TCP_STREAMS", "1");
+  const ScopedEnv ifaces("ANVIEW_IFACES", "lo");
+  const ScopedEnv buffers("ANVIEW_TCP_SOCKBUF", "65536");
+  TakingSink sink;
+  TcpRankOne rank1(sink, 14);
+  base::Fd paths[2] = {connected_rank_zero(rank1, 3), connect_path(rank1, 1, 3)};
+  ASSERT_TRUE(paths[0].valid() && paths[1].valid());
+  for (const auto& fd : paths) base::set_buffer_sizes(fd.get(), 65536);
+  TcpTransport& tcp = rank1.transport();
+  ASSERT_TRUE(rank1.drive_until([&] { return paths_up(tcp) == 2; }, 2s)) << tcp.describe_peer(0);
+
+  // The chunk goes out on one of the two paths up; megabytes fill both streams' queues behind.
+  std::vector<char> chunk(4096, 'c');
+  FrameHeader header;
+  header.type = 1;
+  header.payload_bytes = static_cast<std::uint32_t>(chunk.size());
+  tcp.post_send(0, header, chunk.data(), Ordering::any_stream, [](const Error*) {});
+  const int first = path_of_first_chunk(rank1, paths);
+  ASSERT_GE(first, 0) << tcp.describe_peer(0);
+  const std::vector<char> filler(256 * 1024, 'f');
+  header.payload_bytes = static_cast<std::uint32_t>(filler.size());
+  for (int i = 0; i < 160; ++i)
+    tcp.post_send(0, header, filler.data(), Ordering::any_stream, [](const Error*) {});
+  rank1.drive_until([] { return false; }, 300ms);
+  // The chunk's path fails; the other one's queue is full, so the chunk waits to go again.
+  paths[first].reset();
+  ASSERT_TRUE(rank1.drive_until([&] { return paths_up(tcp) == 1; }, 2s)) << tcp.describe_peer(0);
+  ASSERT_GT(chunks_waiting(tcp), 0) << tcp.describe_peer(0);
+  // Path 2 comes up, and the chunk goes again on it.
+  const base::Fd third = connect_path(rank1, 2, 3);
+  ASSERT_TRUE(third.valid());
+  std::vector<char> stream;
+  bool told = false, copy = false;
+  ASSERT_TRUE(rank1.drive_until(
+      [&] {
+        take_available(third.get(), stream, 1 << 20);
+        std::size_t at = 0;
+        WireHeader h;
+        while (!copy && stream.size() - at >= sizeof h) {
+          std::memcpy(&h, stream.data() + at, sizeof h);
+          if (h.frame.type == frame_path_down && h.frame.arg == static_cast<std::uint64_t>(first))
+            told = true;
+          if (h.seq == (chunk_seq_bit | 1)) copy = true;
+          if (stream.size() - at - sizeof h < h.frame.payload_bytes) break;
+          at += sizeof h + h.frame.payload_bytes;
+        }
+        return copy;
+      },
+      5s))
+      << tcp.describe_peer(0);
+  EXPECT_TRUE(told) << "the copy of the chunk came on path 2 before the news that path " << first
+                    << " failed";
 }
 
 }  // namespace

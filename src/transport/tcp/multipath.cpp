@@ -212,15 +212,10 @@ void TcpTransport::path_failed(int peer, int index, const std::string& cause, bo
   if (tell_peer) {
     // Precede every copy sent again with the news, so the peer closes this path before it
     // can read a copy while the original may still be arriving there.
-    WireHeader down;
-    down.frame.type = frame_path_down;
-    down.frame.tag = path.generation;
-    down.frame.arg = static_cast<std::uint64_t>(index);
-    for (auto& other : link.paths) {
-      if (other.state != Path::State::up) continue;
-      for (auto& conn : other.streams)
-        if (conn) conn->queue_send(down, nullptr, nullptr);
-    }
+    path.told_down = true;
+    path.down_generation = path.generation;
+    for (auto& other : link.paths)
+      if (other.state == Path::State::up) tell_path_down(other, index, path.generation);
   }
   // Everything last queued on the failed path goes again, in order.
   std::vector<std::uint64_t> again;
@@ -244,6 +239,31 @@ void TcpTransport::path_failed(int peer, int index, const std::string& cause, bo
   // An acknowledgement lost with the path would leave the peer's sends waiting.
   link.ack_due = true;
   send_ack(peer);
+}
+
+void TcpTransport::tell_path_down(Path& carrier, int index, std::uint16_t generation) {
+  WireHeader down;
+  down.frame.type = frame_path_down;
+  down.frame.tag = generation;
+  down.frame.arg = static_cast<std::uint64_t>(index);
+  for (auto& conn : carrier.streams)
+    if (conn) conn->queue_send(down, nullptr, nullptr);
+}
+
+void TcpTransport::tell_failed_paths(PeerLink& link, int index) {
+  Path& carrier = link.paths[static_cast<std::size_t>(index)];
+  carrier.told_down = false;  // its new generation replaces the failed one at the peer
+  for (std::size_t p = 0; p < link.paths.size(); ++p) {
+    Path& failed = link.paths[p];
+    if (static_cast<int>(p) == index || !failed.told_down) continue;
+    // Generations compare as serial numbers: news far older than the path's own attempts
+    // (thousands of probes later) could read as newer than a generation that came back.
+    if (static_cast<std::uint16_t>(failed.generation - failed.down_generation) >= 0x4000) {
+      failed.told_down = false;
+      continue;
+    }
+    tell_path_down(carrier, static_cast<int>(p), failed.down_generation);
+  }
 }
 
 void TcpTransport::set_next_tick(base::Clock::time_point when) {

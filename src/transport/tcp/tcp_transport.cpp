@@ -389,6 +389,9 @@ void TcpTransport::count_established(int peer, int index) {
   }
   grants_after_path_up(link);
   if (link.reliable) {
+    // Copies of a failed path's frames may go on this one, and the peer may read them before
+    // the news that went on the other paths: the news goes first here as well.
+    tell_failed_paths(link, index);
     pump_ordered(peer);
     feed(peer);
     if (link.ack_due) send_ack(peer);

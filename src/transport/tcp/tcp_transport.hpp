@@ -89,7 +89,11 @@ class TcpTransport final : public Transport, private base::FdHandler {
     State state = State::connecting;
     int established = 0;
     std::uint16_t generation = 0;  // of its current connections
-    bool first_attempt = true;     // not up yet, and no attempt failed yet
+    // Failed in `down_generation`, as this side told the peer (frame_path_down) on the paths
+    // up then; until it is up again, a path that comes up tells the peer first as well.
+    bool told_down = false;
+    std::uint16_t down_generation = 0;
+    bool first_attempt = true;  // not up yet, and no attempt failed yet
     bool ever_up = false;
     // Came up, or failed an attempt made while the peer was known to listen: start-up need
     // not wait for it any longer.
@@ -203,6 +207,10 @@ class TcpTransport final : public Transport, private base::FdHandler {
   void start_path(int peer, int path);
   void path_attempt_failed(int peer, int path, const std::string& cause);
   void path_failed(int peer, int path, const std::string& cause, bool tell_peer);
+  // frame_path_down for path `index` failed in `generation`, on every stream of `carrier`.
+  void tell_path_down(Path& carrier, int index, std::uint16_t generation);
+  // On path `index`, just up: the news of every path this side told the peer had failed.
+  void tell_failed_paths(PeerLink& link, int index);
   void close_path_streams(Path& path, const Error& error);
   bool other_path_up(const PeerLink& link, int path) const;
   int best_control_path(const PeerLink& link) const;
