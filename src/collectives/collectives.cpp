@@ -127,6 +127,7 @@ int Collectives::local_placement() const {
     shared_areas_.peers.assign(static_cast<std::size_t>(n), nullptr);
     shared_areas_.seen.assign(static_cast<std::size_t>(n), 0);
     shared_areas_.skip_ahead.assign(static_cast<std::size_t>(n), 0);
+    shared_areas_.checked.assign(static_cast<std::size_t>(n), 0);
     const transport::SharedArea own = messenger_.own_area();
     const int cpus = base::usable_cpus();
     shared_areas_.crowded = cpus > 0 && cpus < n;

@@ -28,18 +28,52 @@ enum class SlotOp : std::uint32_t {
 // the data too (one cache-line transfer per small call, not two).
 constexpr std::size_t inline_payload = 32;
 
-// The first cache line of a slot; a larger payload follows it.
-struct alignas(64) SlotHeader {
-  std::atomic<std::uint64_t> seq;  // the call whose contribution the slot holds (0: none yet)
-  std::uint64_t count;             // what the call was, for the mismatch check
+// What a call was, for the mismatch check: the same on every rank of a correct program.
+struct CallShape {
+  std::uint64_t count;
   SlotOp kind;
   std::uint32_t type;
   std::uint32_t op;
   std::int32_t root;
+  bool operator==(const CallShape&) const = default;
+};
+
+// The first cache line of a slot; a larger payload follows it.
+struct alignas(64) SlotHeader {
+  // The call whose contribution the slot holds (0: none yet, or its shape being rewritten).
+  std::atomic<std::uint64_t> seq;
+  CallShape shape;
   unsigned char small[inline_payload];
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "flags shared between processes");
 static_assert(sizeof(SlotHeader) == 64);
+static_assert(offsetof(SlotHeader, shape) == 8 && sizeof(CallShape) == 24);
+
+// A shape is written and read field by field as atomics: a rank may read a peer's line of an
+// earlier call while the peer rewrites it for a later one (Slots::check_past(), which tells by
+// `seq` whether what it read holds). The writer sets `seq` to 0 first and stores each field
+// with release, the reader loads each with acquire and then `seq` again: a reader that saw a
+// new field sees the 0 too. (Fences would do it with relaxed fields, but GCC's ThreadSanitizer
+// does not support them; on x86 both are plain moves.)
+template <typename T>
+T load_acquire(const T& field) {
+  return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_acquire);
+}
+template <typename T>
+void store_release(T& field, T value) {
+  std::atomic_ref<T>(field).store(value, std::memory_order_release);
+}
+CallShape load_shape(const CallShape& s) {
+  return {load_acquire(s.count), load_acquire(s.kind), load_acquire(s.type), load_acquire(s.op),
+          load_acquire(s.root)};
+}
+void store_shape(CallShape& to, const CallShape& s) {
+  store_release(to.count, s.count);
+  store_release(to.kind, s.kind);
+  store_release(to.type, s.type);
+  store_release(to.op, s.op);
+  store_release(to.root, s.root);
+}
 static_assert(offsetof(SlotHeader, small) == 64 - inline_payload);
 
 // The first cache line of an area; the two slots follow it.
@@ -109,7 +143,7 @@ const char* kind_name(SlotOp k) {
 }
 
 // What a slot says about its call, for error messages.
-std::string describe(const SlotHeader& h) {
+std::string describe(const CallShape& h) {
   std::string text = kind_name(h.kind);
   if (h.kind != SlotOp::barrier) {
     text.append(" of ").append(std::to_string(h.count)).append(" ");
@@ -174,11 +208,10 @@ class Slots {
     claim();
     if (bytes > 0) std::memcpy(const_cast<char*>(payload(call_.rank)), data, bytes);
     auto* h = const_cast<SlotHeader*>(header(call_.rank));
-    h->count = count;
-    h->kind = kind;
-    h->type = static_cast<std::uint32_t>(type);
-    h->op = static_cast<std::uint32_t>(op);
-    h->root = root;
+    // The line's old call is no longer there for a peer that checks it (check_past()).
+    h->seq.store(0, std::memory_order_relaxed);
+    store_shape(h->shape, {count, kind, static_cast<std::uint32_t>(type),
+                           static_cast<std::uint32_t>(op), root});
     h->seq.store(seq_, std::memory_order_release);
     mine_ = h;
     // The line of this rank's next call, asked for writing now: a peer that read it last
@@ -200,6 +233,11 @@ class Slots {
         "its part of the call has not arrived");
     std::uint64_t& seen = areas_.seen[static_cast<std::size_t>(peer)];
     seen = std::max(seen, seq_);
+    // The calls since this rank last compared shapes with the peer, read by neither side of
+    // the pair (this rank a broadcast's root, say): their lines may still be there.
+    std::uint64_t& checked = areas_.checked[static_cast<std::size_t>(peer)];
+    if (checked + 1 < seq_) check_skipped(peer, checked);
+    checked = std::max(checked, seq_);
   }
 
   // Rank r's payload of this call (this rank's too: its own slot).
@@ -260,6 +298,7 @@ class Slots {
     if (ahead > needed && skip == 0) {  // (a payload slot's reuse has the one line to look at)
       if (const auto now = header(peer, ahead)->seq.load(std::memory_order_acquire); now >= ahead) {
         seen = std::max(seen, now);
+        if (now == ahead) check_past(peer, ahead);
         return;
       }
       skip = 8;
@@ -268,6 +307,7 @@ class Slots {
     }
     if (const auto now = header(peer, needed)->seq.load(std::memory_order_acquire); now >= needed) {
       seen = std::max(seen, now);
+      if (now == needed) check_past(peer, needed);
       return;
     }
     // Behind: wait until the peer is half a ring further, not one call. A rank that spins on
@@ -284,6 +324,36 @@ class Slots {
         },
         "did not finish the same-host collective before", "it is still reading the last call");
     seen = std::max(seen, line.seq.load(std::memory_order_relaxed));
+    check_past(peer, target);
+  }
+
+  // wait_for()'s check of the calls after `checked` whose lines the peer has not rewritten
+  // (out of line: a run of calls that all wait for their peers never gets here).
+  [[gnu::noinline]] void check_skipped(int peer, std::uint64_t checked) const {
+    const std::uint64_t oldest = seq_ > header_ring ? seq_ - header_ring + 1 : 1;
+    for (std::uint64_t t = std::max(checked + 1, oldest); t < seq_; ++t) check_past(peer, t);
+  }
+
+  // Compares `peer`'s shape of the earlier call `past` with this rank's, where both lines
+  // still hold it. Where the ranks disagreed on the root (every rank a broadcast's root, or
+  // none a reduce's), no rank read the other's line in the call itself: the mismatch shows
+  // here, in a later call, and is reported as a usage Error naming the call it happened in.
+  // A line being rewritten reads as another call (its `seq` is 0 meanwhile): nothing is said.
+  void check_past(int peer, std::uint64_t past) const {
+    const SlotHeader& mine = *header(call_.rank, past);
+    if (mine.seq.load(std::memory_order_relaxed) != past) return;  // a call this rank skipped
+    // A call this rank gave up on (a mismatch there is reported already).
+    if (area_header(areas_.own).finished.load(std::memory_order_relaxed) >= past) return;
+    const SlotHeader& theirs = *header(peer, past);
+    if (theirs.seq.load(std::memory_order_acquire) != past) return;
+    const CallShape shape = load_shape(theirs.shape);
+    if (theirs.seq.load(std::memory_order_relaxed) != past) return;  // rewritten meanwhile
+    if (shape == mine.shape) return;
+    fail(ErrorKind::usage, peer,
+         "rank " + std::to_string(peer) + " called " + describe(shape) +
+             " as same-host collective #" + std::to_string(past) + ", rank " +
+             std::to_string(call_.rank) + " " + describe(mine.shape) +
+             ": every rank must call each collective with the same arguments");
   }
 
   // True once `peer` published this call; raises a usage Error if it published another.
@@ -292,16 +362,17 @@ class Slots {
     const std::uint64_t seq = h.seq.load(std::memory_order_acquire);
     if (seq < seq_) return false;
     if (seq > seq_) {
+      areas_.usage_in_call = seq_;
       fail(ErrorKind::usage, peer,
            "rank " + std::to_string(peer) + " is at its same-host collective #" +
                std::to_string(seq) + " where this rank is at #" + std::to_string(seq_) +
                ": the ranks did not call the same collectives");
     }
-    if (h.kind != mine_->kind || h.count != mine_->count || h.type != mine_->type ||
-        h.op != mine_->op || h.root != mine_->root) {
+    if (h.shape != mine_->shape) {
+      areas_.usage_in_call = seq_;
       fail(ErrorKind::usage, peer,
-           "rank " + std::to_string(peer) + " called " + describe(h) + ", rank " +
-               std::to_string(call_.rank) + " " + describe(*mine_) +
+           "rank " + std::to_string(peer) + " called " + describe(h.shape) + ", rank " +
+               std::to_string(call_.rank) + " " + describe(mine_->shape) +
                ": every rank must call each collective with the same arguments");
     }
     return true;
@@ -488,7 +559,8 @@ void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t& calls
       try {
         allreduce_staged(call, areas, seq, stages, reached, send, recv, count, type, op);
       } catch (const Error& e) {
-        if (e.kind() == ErrorKind::usage && reached == 0) calls = seq;
+        // (Not for a mismatch of an earlier call, found here by one rank only: check_past().)
+        if (e.kind() == ErrorKind::usage && reached == 0 && areas.usage_in_call == seq) calls = seq;
         throw;
       }
     });

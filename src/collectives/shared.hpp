@@ -33,6 +33,13 @@ struct SharedAreas {
   mutable std::vector<std::uint64_t> seen;
   // By rank: looks to make before looking half a ring ahead again (see Slots::claim()).
   mutable std::vector<std::uint8_t> skip_ahead;
+  // By rank: the last shared call up to which this rank compared its calls with the peer's
+  // (the arguments of calls where neither read the other are compared later, where the lines
+  // are still there: Slots::check_past()).
+  mutable std::vector<std::uint64_t> checked;
+  // The last shared call in which a peer was seen calling it otherwise than this rank (every
+  // rank that reads that peer's part of the call sees it too).
+  mutable std::uint64_t usage_in_call = 0;
 };
 
 // The largest payload a slot holds, and the area size two slots need. A larger allreduce
@@ -52,7 +59,8 @@ std::size_t shared_area_needed();
 // numbers after `calls` (the communicator's count of shared calls) and advances it past them
 // all, failed or not, so that a rank left behind meets a later number, never another call's
 // data under its own. Only a call that ranks made with other arguments (a usage Error at its
-// first stage, where every rank stops) takes a single number.
+// first stage, where every rank stops) takes a single number; a mismatch of an earlier call
+// that one rank finds there (Slots::check_past()) does not count.
 void allreduce_shared(Call& call, const SharedAreas& areas, std::uint64_t& calls, const void* send,
                       void* recv, std::size_t count, DataType type, ReduceOp op);
 // What that needs of a slot: the whole input where it fits, else a cache line per rank.

@@ -555,6 +555,43 @@ TEST(Collectives, MismatchedSizesFailWithAnErrorNamingTheCall) {
   });
 }
 
+// Where each rank believes it is a broadcast's root (or that another is a reduce's), no rank
+// reads another's part of the same-host call: before, each went on with its own data and
+// nothing was said. The next call that reads the peers compares the calls in between.
+TEST(Collectives, RootsThatDifferOnOneHostAreReportedByTheNextCallThatReads) {
+  const ScopedEnv algo("ANVIEW_ALGO", "broadcast=shared,reduce=shared");
+  run_ranks(2, [](Communicator& comm) {
+    std::int32_t x = comm.rank();
+    comm.broadcast(&x, 1, DataType::int32, comm.rank());  // each its own root
+    expect_usage_error([&] { comm.barrier(); },
+                       {"same-host collective #1", "broadcast of 4 uint8 from root 0",
+                        "broadcast of 4 uint8 from root 1"});
+  });
+}
+
+// Nor does a run of such calls go on for good: a rank compares a peer's earlier calls where
+// it looks how far the peer got, before it writes over its own lines of them (a ring of 16).
+TEST(Collectives, ARunOfReducesWithoutTheirRootIsReportedWithinARingOfCalls) {
+  const ScopedEnv algo("ANVIEW_ALGO", "reduce=shared");
+  run_ranks(2, [](Communicator& comm) {
+    const std::int64_t mine = 1;
+    std::int64_t sum = 0;
+    int calls = 0;
+    try {
+      for (; calls < 64; ++calls)
+        comm.reduce(&mine, &sum, 1, DataType::int64, ReduceOp::sum, 1 - comm.rank());
+      ADD_FAILURE() << "64 reduces, each rank naming the other its root, were not reported";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::usage) << e.what();
+      EXPECT_NE(std::string(e.what()).find("reduce of 1 int64 sum to root 0"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("reduce of 1 int64 sum to root 1"), std::string::npos)
+          << e.what();
+      EXPECT_LE(calls, 32) << e.what();
+    }
+  });
+}
+
 }  // namespace
 }  // namespace anview
 
