@@ -103,6 +103,8 @@ class Session {
   // A record that did not go out whole waits inside OpenSSL: the next writev must start with
   // the same bytes (a caller must not put anything before them), in pieces of any size.
   bool write_stalled() const { return stalled_ > 0; }
+  // How many of the bytes offered next that record holds (0: none waits).
+  std::size_t stalled_bytes() const { return stalled_; }
   // Sends close_notify, best effort (before a half-close).
   void close_notify();
   const std::string& failure() const { return failure_; }

@@ -265,9 +265,13 @@ void Connection::queue_send(const WireHeader& header, const void* payload, SendD
     // The transport's own frames (credit, acknowledgements) pass the p2p frames waiting for
     // credit: behind the frame being written and earlier frames of their kind. Otherwise two
     // ranks could each hold the other's credit behind data that waits for it.
-    // A TLS record of the first frame that did not go out whole started it too.
+    // A TLS record that did not go out whole (encrypted already, offered again as it is)
+    // started every frame it holds bytes of: not only the first one.
     auto at = sendq_.begin();
-    if (at != sendq_.end() && (at->sent > 0 || (tls_ && tls_->write_stalled()))) ++at;
+    std::size_t held = tls_ ? tls_->stalled_bytes() : 0;
+    if (at != sendq_.end() && at->sent > 0 && held == 0) ++at;
+    for (; at != sendq_.end() && held > 0; ++at)
+      held -= std::min(held, header_bytes + at->bytes - at->sent);
     while (at != sendq_.end() && !counts_for_credit(at->header)) ++at;
     sendq_.insert(at, std::move(p));
     ++uncounted_queued_;
