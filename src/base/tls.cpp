@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "base/config.hpp"
@@ -207,9 +208,64 @@ Context::~Context() {
 // Session
 // ---------------------------------------------------------------------------------------
 
+namespace {
+
+// The write side of a session's socket: OpenSSL's socket BIO writes with write(), which
+// raises SIGPIPE, killing the process, when the peer is gone (reset its connection after a
+// protocol error, say); this one sends with MSG_NOSIGNAL, so the write fails with EPIPE like
+// every other socket write of the library. The read side stays OpenSSL's socket BIO.
+int nosignal_write(BIO* bio, const char* data, int bytes) {
+  const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(BIO_get_data(bio)));
+  const ssize_t n = ::send(fd, data, static_cast<std::size_t>(bytes), MSG_NOSIGNAL);
+  BIO_clear_retry_flags(bio);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    BIO_set_retry_write(bio);
+  return static_cast<int>(n);
+}
+
+long nosignal_ctrl(BIO*, int command, long, void*) {
+  return command == BIO_CTRL_FLUSH ? 1 : 0;  // nothing is buffered here
+}
+
+int nosignal_create(BIO* bio) {
+  BIO_set_init(bio, 1);
+  return 1;
+}
+
+const BIO_METHOD* nosignal_method() {
+  static BIO_METHOD* const method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "anview socket write");
+    if (m != nullptr) {
+      BIO_meth_set_write(m, nosignal_write);
+      BIO_meth_set_ctrl(m, nosignal_ctrl);
+      BIO_meth_set_create(m, nosignal_create);
+    }
+    return m;
+  }();
+  return method;
+}
+
+// Reads through OpenSSL's socket BIO, writes through nosignal_method(); neither closes `fd`.
+bool attach_socket(SSL* ssl, int fd) {
+  const BIO_METHOD* method = nosignal_method();
+  if (method == nullptr) return false;
+  BIO* read = BIO_new_socket(fd, BIO_NOCLOSE);
+  BIO* write = BIO_new(method);
+  if (read == nullptr || write == nullptr) {
+    BIO_free(read);
+    BIO_free(write);
+    return false;
+  }
+  BIO_set_data(write, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)));
+  SSL_set_bio(ssl, read, write);  // the session owns both now
+  return true;
+}
+
+}  // namespace
+
 Session::Session(const Context& context, int fd, Role role) : fd_(fd), role_(role) {
   ssl_ = SSL_new(role == Role::client ? context.client() : context.server());
-  if (ssl_ == nullptr || SSL_set_fd(ssl_, fd) != 1) {
+  if (ssl_ == nullptr || !attach_socket(ssl_, fd)) {
     SSL_free(ssl_);
     throw Error(ErrorKind::internal, {.operation = "tls", .cause = "SSL_new: " + openssl_error()});
   }

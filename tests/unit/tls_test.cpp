@@ -118,6 +118,23 @@ TEST(TlsSession, BulkDataCrossesThroughStalledWritesIntact) {
   EXPECT_FALSE(pair.server->buffered());
 }
 
+// A peer that is gone while this side writes: the write fails with EPIPE. OpenSSL's socket
+// BIO writes with write(), which raised SIGPIPE: the process died (seen in a 4-rank TLS job
+// whose peer closed its connections after a protocol error).
+TEST(TlsSession, WritingToAPeerThatIsGoneFailsWithEpipeNotSigpipe) {
+  const auto context = psk("job secret");
+  Pair pair(*context, *context);
+  ASSERT_TRUE(pair.handshake());
+  pair.server.reset();
+  ::close(pair.fds[1]);
+  pair.fds[1] = -1;
+  const char data[100] = {};
+  ssize_t n = 0;
+  for (int i = 0; i < 10 && n >= 0; ++i) n = pair.client->write(data, sizeof data);
+  ASSERT_LT(n, 0);
+  EXPECT_EQ(errno, EPIPE) << pair.client->failure();
+}
+
 TEST(TlsSession, AKeyFromAnotherSecretIsRefusedAndNamed) {
   const auto ours = psk("job secret");
   const auto theirs = psk("another secret");
