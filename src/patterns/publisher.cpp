@@ -227,26 +227,35 @@ void PublisherImpl::publish(std::string_view topic, const Message& message) {
                  .cause = "a topic of " + std::to_string(topic.size()) + " bytes (limit " +
                           std::to_string(ps::max_topic_bytes) + ") or a message of " +
                           std::to_string(message.size()) + " bytes (limit 4 GiB - 1)"});
-  if (closed_.load(std::memory_order_acquire))
-    throw Error(ErrorKind::usage, {.operation = "publish", .cause = "the publisher is closed"});
-  published_.fetch_add(1, std::memory_order_relaxed);
+  // Checked again under the lock close() takes once it has set closed_: a publish that passes
+  // the check queues its message before close() flushes and ends the streams. (The first check
+  // keeps publishes that come after close() from holding the lock it waits for.)
+  auto check_open = [&] {
+    if (closed_.load(std::memory_order_acquire))
+      throw Error(ErrorKind::usage, {.operation = "publish", .cause = "the publisher is closed"});
+  };
+  check_open();
   std::shared_lock lock(links_mu_);
+  check_open();
+  // One wait for every blocking subscriber together, not block_timeout_ each.
+  const auto deadline = std::chrono::steady_clock::now() + block_timeout_;
+  published_.fetch_add(1, std::memory_order_relaxed);
   for (const auto& link : links_) {
     if (!link->wants(topic)) continue;
     std::unique_lock l(link->mu);
     if (link->gone) continue;
     if (link->subscription.policy == Backpressure::block &&
         link->queued >= link->subscription.queue_limit) {
-      const auto deadline = std::chrono::steady_clock::now() + block_timeout_;
       while (!link->gone && link->queued >= link->subscription.queue_limit) {
         if (link->cv.wait_until(l, deadline) == std::cv_status::timeout &&
             link->queued >= link->subscription.queue_limit && !link->gone) {
-          throw Error(ErrorKind::timeout, {.peer = 1,
-                                           .operation = "publish '" + std::string(topic) + "'",
-                                           .cause = link->name() + " took nothing for " +
-                                                    std::to_string(block_timeout_.count()) +
-                                                    " ms (policy block; its queue holds " +
-                                                    std::to_string(link->queued) + " messages)"});
+          throw Error(ErrorKind::timeout,
+                      {.peer = 1,
+                       .operation = "publish '" + std::string(topic) + "'",
+                       .cause = link->name() + " took nothing within the publish's " +
+                                std::to_string(block_timeout_.count()) +
+                                " ms (policy block; its queue holds " +
+                                std::to_string(link->queued) + " messages)"});
         }
       }
       if (link->gone) continue;
@@ -297,6 +306,10 @@ void PublisherImpl::flush(std::chrono::milliseconds timeout) {
 
 void PublisherImpl::close() {
   if (closed_.exchange(true)) return;
+  // Publishes that passed the check before closed_ was set finish first (a blocking one waits
+  // at most block_timeout_ in all); later ones see it and raise. (Threads that keep taking the
+  // lock shared, polling stats() say, can hold this back: the lock prefers them.)
+  { std::unique_lock wait_for_publishes(links_mu_); }
   try {
     flush(block_timeout_);
   } catch (const Error& e) {

@@ -159,6 +159,39 @@ TEST(PubSub, SlowSubscriberBlockPolicyLosesNothing) {
   EXPECT_EQ(publisher.stats().dropped, 0u);
 }
 
+// close() on one thread while another publishes: every publish() that returned is delivered,
+// the others raise a usage Error. Before, a publish that had passed the closed check as close()
+// began could queue its message after the end of the stream: it returned, and the message was
+// never delivered.
+TEST(PubSub, EveryPublishThatReturnsWhileAnotherThreadClosesIsDelivered) {
+  for (int round = 0; round < 60; ++round) {
+    SCOPED_TRACE(round);
+    Publisher publisher = Publisher::listen("127.0.0.1:0");
+    Subscriber s = Subscriber::connect(publisher.address());
+    wait_for_subscribers(publisher, 1);
+    std::atomic<int> published{0};
+    std::thread pub([&] {
+      try {
+        for (int i = 0;; ++i) {
+          publisher.publish("t", Message(std::to_string(i)));
+          ++published;
+        }
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::usage) << e.what();
+      }
+    });
+    int got = 0;
+    std::thread sub([&] {
+      while (auto d = s.next(10s)) ++got;
+    });
+    std::this_thread::sleep_for(std::chrono::microseconds(100 + round * 97 % 900));
+    publisher.close();
+    pub.join();
+    sub.join();
+    ASSERT_EQ(got, published.load()) << "a message published before close() was lost";
+  }
+}
+
 TEST(PubSub, SlowSubscriberDropOldestCountsEveryDrop) {
   Publisher publisher = Publisher::listen("127.0.0.1:0");
   Subscriber s = Subscriber::connect(
