@@ -18,6 +18,9 @@ inline constexpr const char* set_method = "ps.set";
 inline constexpr const char* ring_method = "ps.ring";
 inline constexpr const char* adopt_method = "ps.adopt";
 inline constexpr const char* settle_method = "ps.settle";
+// "key\nhandover id\n": did this server take that handover? "ok\napplied\n", or
+// "ok\nrefused\n" (it did not, and will not should it still come).
+inline constexpr const char* recall_method = "ps.recall";
 
 // Replies start with "ok\n", or "moved\n" and the ring the server knows.
 inline constexpr std::string_view ok_reply = "ok\n";

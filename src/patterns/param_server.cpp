@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "anview/param_server.hpp"
 #include "base/log.hpp"
@@ -69,12 +71,49 @@ struct Key {
   // (its reply lost, so the change failed and was repeated) carries the same id, and the new
   // owner adds it once.
   std::string handover_id;
-  std::vector<std::string> adopted;  // the ids of the last handovers of it applied here
+  // The servers it was handed to while its handover had not succeeded: one may have taken it
+  // (its reply lost) when a later ring gives the key back to this server (ParamServerImpl::
+  // take_back()).
+  std::vector<std::string> handed_to;
+  // The ids of the last handovers whose values this key holds; they travel with it, so the
+  // server a handover came from can tell its own value is in a copy handed back.
+  std::vector<std::string> adopted;
 };
 
 // How many handover ids a key remembers: a repeat follows its first attempt within one ring
 // change, long before this many other handovers of the same key.
 constexpr std::size_t adopted_ids_kept = 16;
+// How many handover ids a server remembers having applied (for ps.recall, also after the key
+// moved on) and having refused (recalled before they arrived).
+constexpr std::size_t ids_kept = 16384;
+
+// A bounded set of handover ids, the oldest forgotten first.
+class IdLog {
+ public:
+  bool contains(const std::string& id) const { return set_.contains(id); }
+  void add(const std::string& id) {
+    if (!set_.insert(id).second) return;
+    order_.push_back(id);
+    if (order_.size() > ids_kept) {
+      set_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+
+ private:
+  std::deque<std::string> order_;
+  std::unordered_set<std::string> set_;
+};
+
+bool holds(const Key& key, std::string_view id) {
+  return std::find(key.adopted.begin(), key.adopted.end(), id) != key.adopted.end();
+}
+
+void remember(Key& key, std::string id) {
+  if (holds(key, id)) return;
+  if (key.adopted.size() == adopted_ids_kept) key.adopted.erase(key.adopted.begin());
+  key.adopted.push_back(std::move(id));
+}
 
 }  // namespace
 
@@ -99,6 +138,7 @@ class ParamServerImpl {
   Message set(const Message& request);
   Message ring(const Message& request);
   Message adopt(const Message& request);
+  Message recall(const Message& request);
   Message settle(const Message& request);
 
   // mu_ held: the moved reply when `key` is not this server's, else empty.
@@ -110,7 +150,23 @@ class ParamServerImpl {
   static const Tensor& values(const Message& m, std::string_view what);
   Message value_reply(const Key& key) const;
   // Sends `key` to the server the ring now gives it to; raises if that fails.
-  void hand_over(const std::string& name, const Key& key);
+  void hand_over(const std::string& name, Key& key);
+  // mu_ held: adds `from` (a handover, or this server's own copy back) to the key here.
+  void absorb(const std::string& name, Key&& from);
+  // `key`, whose handover had not succeeded, is this server's again: kept, unless a server it
+  // was handed to took it after all (that server hands its copy, this one's value in it, back).
+  void take_back(const std::string& name, Key&& key);
+  // Whether a server other than `except` that `key` was handed to (its answer lost) took it
+  // after all (ps.recall); those that did not refuse it from now on. One that cannot be asked
+  // is taken to have not (logged).
+  bool taken_before(const std::string& name, const Key& key, const std::string& except);
+  // mu_ held: a handover id for a key leaving now.
+  std::string next_handover_id() { return handover_prefix_ + std::to_string(++handovers_); }
+  RpcClient& peer(const std::string& address);
+  std::string owner_of(const std::string& name) const {
+    std::lock_guard lock(mu_);
+    return ring_.owner(name);
+  }
 
   ParamServerOptions options_;
   RpcServer rpc_;
@@ -124,6 +180,9 @@ class ParamServerImpl {
   // same address must not repeat an id) and a counter.
   const std::string handover_prefix_;
   std::uint64_t handovers_ = 0;
+  // Handovers applied here (with the ids of those their values held), and those recalled by
+  // their giving server before they arrived: never applied.
+  IdLog applied_, refused_;
   std::uint64_t epoch_ = 0;
   HashRing ring_;
   bool settled_ = true;
@@ -151,6 +210,8 @@ ParamServerImpl::ParamServerImpl(const std::string& host_port, ParamServerOption
                   [this](const CallContext&, const Message& m) { return ring(m); });
   rpc_.add_method(param::adopt_method,
                   [this](const CallContext&, const Message& m) { return adopt(m); });
+  rpc_.add_method(param::recall_method,
+                  [this](const CallContext&, const Message& m) { return recall(m); });
   rpc_.add_method(param::settle_method,
                   [this](const CallContext&, const Message& m) { return settle(m); });
 }
@@ -290,7 +351,7 @@ Message ParamServerImpl::set(const Message& request) {
 Message ParamServerImpl::ring(const Message& request) {
   auto state = param::parse_ring(request.text());
   if (!state || state->ring.servers().empty()) throw std::runtime_error("a malformed ring");
-  std::vector<std::pair<std::string, Key>> leaving;
+  std::vector<std::pair<std::string, Key>> leaving, returning;
   {
     std::lock_guard lock(mu_);
     leaving.swap(handover_);
@@ -300,7 +361,7 @@ Message ParamServerImpl::ring(const Message& request) {
       settled_ = epoch_ == 1;  // the first ring moves nothing
       for (auto it = keys_.begin(); it != keys_.end();) {
         if (ring_.owner(it->first) != self_) {
-          it->second.handover_id = handover_prefix_ + std::to_string(++handovers_);
+          it->second.handover_id = next_handover_id();
           leaving.emplace_back(it->first, std::move(it->second));
           it = keys_.erase(it);
         } else {
@@ -308,11 +369,17 @@ Message ParamServerImpl::ring(const Message& request) {
         }
       }
     }
-    // A key an earlier change could not hand over whose owner is this server again stays.
     for (auto it = leaving.begin(); it != leaving.end();) {
+      // A copy that came back to this server holds it already (the one it was handed to took
+      // it, and passed it back within its own).
+      if (const auto here = keys_.find(it->first);
+          here != keys_.end() && holds(here->second, it->second.handover_id)) {
+        it = leaving.erase(it);
+        continue;
+      }
+      // A key an earlier change could not hand over whose owner is this server again.
       if (ring_.owner(it->first) == self_) {
-        it->second.handover_id.clear();  // should it leave again, that is another handover
-        keys_.insert_or_assign(it->first, std::move(it->second));
+        returning.push_back(std::move(*it));
         it = leaving.erase(it);
       } else {
         ++it;
@@ -332,10 +399,28 @@ Message ParamServerImpl::ring(const Message& request) {
       }
     }
   }
+  for (std::size_t i = 0; i < returning.size(); ++i) {
+    try {
+      take_back(returning[i].first, std::move(returning[i].second));
+    } catch (...) {
+      // Kept, not lost (take_back() kept its own key): the change is repeated.
+      std::lock_guard lock(mu_);
+      for (std::size_t j = i + 1; j < returning.size(); ++j)
+        handover_.push_back(std::move(returning[j]));
+      for (auto& entry : leaving) handover_.push_back(std::move(entry));
+      throw;
+    }
+  }
   // Hand the keys to their new owners (outside the lock: the owner may call back).
   for (std::size_t i = 0; i < leaving.size(); ++i) {
     try {
-      hand_over(leaving[i].first, leaving[i].second);
+      auto& [name, key] = leaving[i];
+      // Going elsewhere than before: one it went to may have taken it (and passes it on itself).
+      const std::string owner = owner_of(name);
+      if (std::find(key.handed_to.begin(), key.handed_to.end(), owner) == key.handed_to.end() &&
+          taken_before(name, key, owner))
+        continue;
+      hand_over(name, key);
     } catch (...) {
       // Kept, not lost: the keys not handed over wait for the change to be repeated.
       std::lock_guard lock(mu_);
@@ -349,9 +434,12 @@ Message ParamServerImpl::ring(const Message& request) {
   return Message(std::string(param::ok_reply) + param::ring_text(epoch_, ring_));
 }
 
-void ParamServerImpl::hand_over(const std::string& name, const Key& key) {
+void ParamServerImpl::hand_over(const std::string& name, Key& key) {
+  // The id, then those of the handovers whose values the key holds.
+  std::string ids = key.handover_id;
+  for (const auto& id : key.adopted) ids += " " + id;
   std::string header = name + "\n" + std::string(name_of(key.type)) + "\n" +
-                       std::to_string(key.applied) + "\n" + key.handover_id + "\n";
+                       std::to_string(key.applied) + "\n" + ids + "\n";
   for (const auto& [step, sum] : key.steps)
     header += std::to_string(step) + " " + std::to_string(sum.count) + "\n";
   Message m(header);
@@ -359,19 +447,89 @@ void ParamServerImpl::hand_over(const std::string& name, const Key& key) {
   m.add_tensor({.dtype = key.type, .shape = {count}, .data = key.value.data()});
   for (const auto& [step, sum] : key.steps)
     m.add_tensor({.dtype = key.type, .shape = {count}, .data = sum.sum.data()});
-  std::string owner;
-  {
-    std::lock_guard lock(mu_);
-    owner = ring_.owner(name);
+  const std::string owner = owner_of(name);
+  if (std::find(key.handed_to.begin(), key.handed_to.end(), owner) == key.handed_to.end())
+    key.handed_to.push_back(owner);
+  peer(owner).call_sync(param::adopt_method, m);  // raises: the move failed
+}
+
+RpcClient& ParamServerImpl::peer(const std::string& address) {
+  std::lock_guard lock(peers_mu_);
+  auto it = peers_.find(address);
+  if (it == peers_.end()) it = peers_.emplace(address, RpcClient::connect(address)).first;
+  return it->second;
+}
+
+void ParamServerImpl::take_back(const std::string& name, Key&& key) {
+  if (taken_before(name, key, "")) return;
+  std::lock_guard lock(mu_);
+  // A server that took it has handed its copy back already.
+  if (auto it = keys_.find(name); it != keys_.end() && holds(it->second, key.handover_id)) {
+    base::log("ps", base::LogLevel::info, "param server ", self_, ": '", name,
+              "' came back within a copy handed back; this server's own is dropped");
+    return;
   }
-  RpcClient* peer;
-  {
-    std::lock_guard lock(peers_mu_);
-    auto it = peers_.find(owner);
-    if (it == peers_.end()) it = peers_.emplace(owner, RpcClient::connect(owner)).first;
-    peer = &it->second;
+  try {
+    absorb(name, std::move(key));  // (raises before it takes anything: another type or size)
+  } catch (...) {
+    // Kept for the next change, as another handover: the servers asked refuse this one.
+    key.handover_id = next_handover_id();
+    key.handed_to.clear();
+    handover_.emplace_back(name, std::move(key));
+    throw;
   }
-  peer->call_sync(param::adopt_method, m);  // raises: the move failed
+}
+
+bool ParamServerImpl::taken_before(const std::string& name, const Key& key,
+                                   const std::string& except) {
+  for (const auto& to : key.handed_to) {
+    if (to == except) continue;
+    try {
+      const Message reply =
+          peer(to).call_sync(param::recall_method, Message(name + "\n" + key.handover_id + "\n"));
+      if (reply.text() == std::string(param::ok_reply) + "applied\n") {
+        base::log("ps", base::LogLevel::info, "param server ", self_, ": '", name,
+                  "' was taken by ", to, " after all (its answer was lost); not sent again");
+        return true;
+      }
+    } catch (const std::exception& e) {
+      base::log("ps", base::LogLevel::warn, "param server ", self_, ": '", name, "' was handed to ",
+                to, " (its answer lost), which cannot say whether it took it (", e.what(),
+                "): kept, and counted twice should that server have taken it");
+    }
+  }
+  return false;
+}
+
+void ParamServerImpl::absorb(const std::string& name, Key&& from) {
+  // Pushes that reached this server first are added: aggregation is linear.
+  Key& key = key_for(name, from.type, from.value.size());
+  accumulate(key.type, key.value, from.value.data(), 1);
+  key.applied = std::max(key.applied, from.applied);
+  for (auto& [step, sum] : from.steps) {
+    StepSum& s = key.steps[step];
+    if (s.sum.empty()) s.sum.assign(key.value.size(), std::byte{0});
+    accumulate(key.type, s.sum, sum.sum.data(), 1);
+    s.count += sum.count;
+  }
+  for (auto& id : from.adopted) {
+    applied_.add(id);
+    remember(key, std::move(id));
+  }
+  apply_ready(key);
+  answer_pulls(key);
+}
+
+Message ParamServerImpl::recall(const Message& request) {
+  const auto ls = param::lines(request.text());
+  if (ls.size() < 2 || ls[1].empty()) throw std::runtime_error("a malformed recall");
+  const std::string name(ls[0]), id(ls[1]);
+  std::lock_guard lock(mu_);
+  // Applied here (the value is here, or went on with the key).
+  if (applied_.contains(id)) return Message(std::string(param::ok_reply) + "applied\n");
+  // Should it still arrive, it is not applied: its giving server keeps the value.
+  refused_.add(id);
+  return Message(std::string(param::ok_reply) + "refused\n");
 }
 
 Message ParamServerImpl::adopt(const Message& request) {
@@ -380,37 +538,47 @@ Message ParamServerImpl::adopt(const Message& request) {
   const std::string name(ls[0]);
   const auto applied = param::number(ls[2]);
   const auto type = data_type_named(ls[1]);
-  const std::string id(ls[3]);
-  if (!applied || !type || id.empty() || request.tensors().size() != ls.size() - 3)
+  // The handover's id, then those of the handovers whose values it holds.
+  std::vector<std::string> ids;
+  for (std::string_view rest = ls[3]; !rest.empty();) {
+    const auto space = rest.find(' ');
+    if (space != 0) ids.emplace_back(rest.substr(0, space));
+    rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+  }
+  if (!applied || !type || ids.empty() || request.tensors().size() != ls.size() - 3)
     throw std::runtime_error("a malformed handover of '" + name + "'");
   const Tensor& value = values(request, "adopt");
-  std::lock_guard lock(mu_);
-  // The same handover again: its first reply was lost. Added once.
-  if (const auto it = keys_.find(name);
-      it != keys_.end() && std::find(it->second.adopted.begin(), it->second.adopted.end(), id) !=
-                               it->second.adopted.end())
-    return Message(param::ok_reply);
-  // Pushes that reached this server first are added: aggregation is linear.
-  Key& key = key_for(name, *type, value.bytes());
-  accumulate(key.type, key.value, static_cast<const std::byte*>(value.data), 1);
-  key.applied = std::max(key.applied, *applied);
+  Key from;
+  from.type = *type;
+  from.applied = *applied;
+  const auto* bytes = static_cast<const std::byte*>(value.data);
+  from.value.assign(bytes, bytes + value.bytes());
   for (std::size_t i = 4; i < ls.size(); ++i) {
     const auto space = ls[i].find(' ');
     const auto step = param::number(ls[i].substr(0, space));
     const auto count =
         space == std::string_view::npos ? std::nullopt : param::number(ls[i].substr(space + 1));
     const Tensor& sum = request.tensors()[i - 3];
-    if (!step || !count || sum.bytes() != key.value.size())
+    if (!step || !count || sum.bytes() != value.bytes() || from.steps.contains(*step))
       throw std::runtime_error("a malformed step in the handover of '" + name + "'");
-    StepSum& s = key.steps[*step];
-    if (s.sum.empty()) s.sum.assign(key.value.size(), std::byte{0});
-    accumulate(key.type, s.sum, static_cast<const std::byte*>(sum.data), 1);
-    s.count += static_cast<int>(*count);
+    StepSum& s = from.steps[*step];
+    const auto* partial = static_cast<const std::byte*>(sum.data);
+    s.sum.assign(partial, partial + sum.bytes());
+    s.count = static_cast<int>(*count);
   }
-  if (key.adopted.size() == adopted_ids_kept) key.adopted.erase(key.adopted.begin());
-  key.adopted.push_back(id);
-  apply_ready(key);
-  answer_pulls(key);
+  const std::string id = ids.front();
+  std::rotate(ids.begin(), ids.begin() + 1, ids.end());  // the handover's own id last
+  from.adopted = std::move(ids);
+  std::lock_guard lock(mu_);
+  // The same handover again: its first reply was lost. Added once. Or one its giving server
+  // recalled (and kept) before it came: not added.
+  if (const auto it = keys_.find(name); it != keys_.end() && holds(it->second, id))
+    return Message(param::ok_reply);
+  if (refused_.contains(id)) {
+    throw std::runtime_error("the handover " + id + " of '" + name +
+                             "' came after its giving server took the key back: not added");
+  }
+  absorb(name, std::move(from));
   return Message(param::ok_reply);
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -197,6 +198,85 @@ TEST(ParamServer, AHandoverRepeatedAfterALostReplyIsAddedOnce) {
   peer.call_sync(param::adopt_method, m);
   client.pull("k", got, 2, DataType::float32);
   EXPECT_EQ(got[0], 21.0f);
+}
+
+// A handover the new owner took but whose answer was lost leaves the key pending on the giving
+// server; when a later ring gives the key back to it, it must not simply keep its copy: the
+// other server holds the value too and hands it back. Before, the value was counted twice.
+// Now the giving server asks (ps.recall) and drops its copy when the other took it. The other
+// server is a stand-in speaking the servers' protocol.
+TEST(ParamServer, AKeyATakenHandoverLeftPendingIsCountedOnceWhenItComesBack) {
+  namespace param = patterns::param;
+  ParamServer a = ParamServer::listen("127.0.0.1:0");
+  ParamClient client = ParamClient::connect({a.address()});
+  std::mutex mu;  // B's handlers run on its threads: what they use outlives B
+  std::string taken_id;
+  std::vector<float> taken;
+  std::atomic<int> recalls{0};
+  RpcServer b = RpcServer::listen("127.0.0.1:0");
+  const HashRing with_b({a.address(), b.address()});
+  std::string name;
+  for (int k = 0; name.empty(); ++k)
+    if (with_b.owner(key_name(k)) == b.address()) name = key_name(k);
+  const float v[2] = {1, 2};
+  client.set(name, v, 2, DataType::float32);
+  b.add_method(param::adopt_method, [&](const CallContext&, const Message& m) -> Message {
+    std::lock_guard lock(mu);
+    taken_id = std::string(param::lines(m.text()).at(3));
+    const auto* values = static_cast<const float*>(m.tensors().at(0).data);
+    taken.assign(values, values + 2);
+    throw std::runtime_error("taken, but the answer is lost");
+  });
+  b.add_method(param::recall_method, [&](const CallContext&, const Message& m) {
+    ++recalls;
+    std::lock_guard lock(mu);
+    const bool took = param::lines(m.text()).at(1) == taken_id;
+    return Message(std::string(param::ok_reply) + (took ? "applied\n" : "refused\n"));
+  });
+  RpcClient to_a = RpcClient::connect(a.address());
+  EXPECT_THROW(to_a.call_sync(param::ring_method, Message(param::ring_text(2, with_b))), Error);
+  ASSERT_EQ(a.keys(), 0u);
+  // The next ring gives the key back to A, which asks B: B took it, so A drops its copy...
+  to_a.call_sync(param::ring_method, Message(param::ring_text(3, HashRing({a.address()}))));
+  EXPECT_EQ(recalls.load(), 1);
+  EXPECT_EQ(a.keys(), 0u);
+  // ... and B hands its copy (A's value in it) back, naming the handover it holds.
+  Message back(name + "\nfloat32\n0\n" + b.address() + "#1#1 " + taken_id + "\n");
+  back.add_tensor({.dtype = DataType::float32, .shape = {2}, .data = taken.data()});
+  to_a.call_sync(param::adopt_method, back);
+  to_a.call_sync(param::settle_method, Message("3"));
+  float got[2] = {0, 0};
+  client.pull(name, got, 2, DataType::float32);
+  EXPECT_EQ(got[0], 1.0f) << "the value was counted twice";
+  EXPECT_EQ(got[1], 2.0f);
+}
+
+// The other side of that question: a server asked about a handover it has not taken answers
+// so, and refuses it should it still arrive (its giving server kept the value).
+TEST(ParamServer, AHandoverRecalledBeforeItArrivesIsNotAdded) {
+  namespace param = patterns::param;
+  ParamServer b = ParamServer::listen("127.0.0.1:0");
+  ParamClient client = ParamClient::connect({b.address()});
+  const float pushed[2] = {1, 1};
+  client.push("k", pushed, 2, DataType::float32);
+  RpcClient peer = RpcClient::connect(b.address());
+  EXPECT_EQ(peer.call_sync(param::recall_method, Message("k\n127.0.0.1:1#9\n")).text(),
+            "ok\nrefused\n");
+  const float handed[2] = {10, 20};
+  Message late("k\nfloat32\n0\n127.0.0.1:1#9\n");
+  late.add_tensor({.dtype = DataType::float32, .shape = {2}, .data = handed});
+  EXPECT_THROW(peer.call_sync(param::adopt_method, late), Error);
+  float got[2] = {0, 0};
+  client.pull("k", got, 2, DataType::float32);
+  EXPECT_EQ(got[0], 1.0f) << "a recalled handover was added";
+  // One it took is reported as taken.
+  Message taken("k\nfloat32\n0\n127.0.0.1:1#10\n");
+  taken.add_tensor({.dtype = DataType::float32, .shape = {2}, .data = handed});
+  peer.call_sync(param::adopt_method, taken);
+  client.pull("k", got, 2, DataType::float32);
+  EXPECT_EQ(got[0], 11.0f);
+  EXPECT_EQ(peer.call_sync(param::recall_method, Message("k\n127.0.0.1:1#10\n")).text(),
+            "ok\napplied\n");
 }
 
 }  // namespace
