@@ -33,6 +33,9 @@ class ParamClientImpl {
   std::chrono::milliseconds deadline_;
   mutable std::mutex mu_;
   std::uint64_t epoch_ = 1;
+  // The last epoch this client announced in a change, which may have failed part way: servers
+  // that learned it take no other ring under that number, so the next change uses a newer one.
+  std::uint64_t announced_ = 1;
   HashRing ring_;
   std::map<std::string, RpcClient> clients_;
 };
@@ -105,7 +108,8 @@ void ParamClientImpl::change(const HashRing& next) {
   std::vector<std::string> order;
   {
     std::lock_guard lock(mu_);
-    epoch = epoch_ + 1;
+    epoch = std::max(epoch_, announced_) + 1;
+    announced_ = epoch;
     // Servers that join hear of the ring first, then those that were there (and hand keys
     // over), then those that leave.
     const auto& old = ring_.servers();

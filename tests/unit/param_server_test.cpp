@@ -20,6 +20,12 @@ std::string key_name(int k) {
   return s;
 }
 
+// The first key_name() that `ring` gives to `server`.
+std::string key_owned_by(const HashRing& ring, const std::string& server) {
+  for (int k = 0;; ++k)
+    if (ring.owner(key_name(k)) == server) return key_name(k);
+}
+
 TEST(HashRing, AddingAServerMovesAboutOneNthOfTheKeysAllToIt) {
   HashRing ring({"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000", "10.0.0.4:7000"});
   constexpr int keys = 20000;
@@ -215,9 +221,7 @@ TEST(ParamServer, AKeyATakenHandoverLeftPendingIsCountedOnceWhenItComesBack) {
   std::atomic<int> recalls{0};
   RpcServer b = RpcServer::listen("127.0.0.1:0");
   const HashRing with_b({a.address(), b.address()});
-  std::string name;
-  for (int k = 0; name.empty(); ++k)
-    if (with_b.owner(key_name(k)) == b.address()) name = key_name(k);
+  const std::string name = key_owned_by(with_b, b.address());
   const float v[2] = {1, 2};
   client.set(name, v, 2, DataType::float32);
   b.add_method(param::adopt_method, [&](const CallContext&, const Message& m) -> Message {
@@ -277,6 +281,41 @@ TEST(ParamServer, AHandoverRecalledBeforeItArrivesIsNotAdded) {
   EXPECT_EQ(got[0], 11.0f);
   EXPECT_EQ(peer.call_sync(param::recall_method, Message("k\n127.0.0.1:1#10\n")).text(),
             "ok\napplied\n");
+}
+
+// A change that fails part way leaves the servers that learned its ring with its epoch; the
+// next change must come with a newer one. Before, it reused the number, so those servers
+// ignored it (here: giving up on a server whose add failed left the key with the old ring on
+// the server that keeps it, which went on handing it to the server never added, and the
+// removal failed too). The server to be added is a stand-in that refuses every handover.
+TEST(ParamServer, TheChangeAfterAFailedOneComesWithANewerEpoch) {
+  namespace param = patterns::param;
+  ParamServer a = ParamServer::listen("127.0.0.1:0");
+  ParamClient client = ParamClient::connect({a.address()});
+  RpcServer b = RpcServer::listen("127.0.0.1:0");
+  b.add_method(param::ring_method, [](const CallContext&, const Message& m) {
+    const auto state = param::parse_ring(m.text());
+    return Message(std::string(param::ok_reply) + param::ring_text(state->epoch, state->ring));
+  });
+  b.add_method(param::settle_method,
+               [](const CallContext&, const Message&) { return Message(param::ok_reply); });
+  b.add_method(param::adopt_method, [](const CallContext&, const Message&) -> Message {
+    throw std::runtime_error("not now");
+  });
+  b.add_method(param::recall_method, [](const CallContext&, const Message&) {
+    return Message(std::string(param::ok_reply) + "refused\n");
+  });
+  const HashRing with_b({a.address(), b.address()});
+  const std::string name = key_owned_by(with_b, b.address());
+  const float v[2] = {1, 2};
+  client.set(name, v, 2, DataType::float32);
+  EXPECT_THROW(client.add_server(b.address()), Error);
+  client.remove_server(b.address());  // gives up on it: the key stays with A
+  float got[2] = {0, 0};
+  client.pull(name, got, 2, DataType::float32);
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_EQ(got[1], 2.0f);
+  EXPECT_EQ(a.keys(), 1u);
 }
 
 }  // namespace
