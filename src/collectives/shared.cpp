@@ -48,6 +48,7 @@ struct alignas(64) SlotHeader {
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "flags shared between processes");
 static_assert(sizeof(SlotHeader) == 64);
 static_assert(offsetof(SlotHeader, shape) == 8 && sizeof(CallShape) == 24);
+static_assert(offsetof(SlotHeader, small) == 64 - inline_payload);
 
 // A shape is written and read field by field as atomics: a rank may read a peer's line of an
 // earlier call while the peer rewrites it for a later one (Slots::check_past(), which tells by
@@ -74,7 +75,6 @@ void store_shape(CallShape& to, const CallShape& s) {
   store_release(to.op, s.op);
   store_release(to.root, s.root);
 }
-static_assert(offsetof(SlotHeader, small) == 64 - inline_payload);
 
 // The first cache line of an area; the two slots follow it.
 struct alignas(64) AreaHeader {

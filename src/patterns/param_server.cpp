@@ -149,8 +149,8 @@ class ParamServerImpl {
   void answer_pulls(Key& key);
   static const Tensor& values(const Message& m, std::string_view what);
   Message value_reply(const Key& key) const;
-  // Sends `key` to the server the ring now gives it to; raises if that fails.
-  void hand_over(const std::string& name, Key& key);
+  // Sends `key` to `owner`, the server the ring now gives it to; raises if that fails.
+  void hand_over(const std::string& name, const Key& key, const std::string& owner);
   // mu_ held: adds `from` (a handover, or this server's own copy back) to the key here.
   void absorb(const std::string& name, Key&& from);
   // `key`, whose handover had not succeeded, is this server's again: kept, unless a server it
@@ -417,10 +417,11 @@ Message ParamServerImpl::ring(const Message& request) {
       auto& [name, key] = leaving[i];
       // Going elsewhere than before: one it went to may have taken it (and passes it on itself).
       const std::string owner = owner_of(name);
-      if (std::find(key.handed_to.begin(), key.handed_to.end(), owner) == key.handed_to.end() &&
-          taken_before(name, key, owner))
-        continue;
-      hand_over(name, key);
+      if (std::find(key.handed_to.begin(), key.handed_to.end(), owner) == key.handed_to.end()) {
+        if (taken_before(name, key, owner)) continue;
+        key.handed_to.push_back(owner);
+      }
+      hand_over(name, key, owner);
     } catch (...) {
       // Kept, not lost: the keys not handed over wait for the change to be repeated.
       std::lock_guard lock(mu_);
@@ -434,7 +435,7 @@ Message ParamServerImpl::ring(const Message& request) {
   return Message(std::string(param::ok_reply) + param::ring_text(epoch_, ring_));
 }
 
-void ParamServerImpl::hand_over(const std::string& name, Key& key) {
+void ParamServerImpl::hand_over(const std::string& name, const Key& key, const std::string& owner) {
   // The id, then those of the handovers whose values the key holds.
   std::string ids = key.handover_id;
   for (const auto& id : key.adopted) ids += " " + id;
@@ -447,9 +448,6 @@ void ParamServerImpl::hand_over(const std::string& name, Key& key) {
   m.add_tensor({.dtype = key.type, .shape = {count}, .data = key.value.data()});
   for (const auto& [step, sum] : key.steps)
     m.add_tensor({.dtype = key.type, .shape = {count}, .data = sum.sum.data()});
-  const std::string owner = owner_of(name);
-  if (std::find(key.handed_to.begin(), key.handed_to.end(), owner) == key.handed_to.end())
-    key.handed_to.push_back(owner);
   peer(owner).call_sync(param::adopt_method, m);  // raises: the move failed
 }
 
