@@ -1,12 +1,68 @@
 #include "base/process_watch.hpp"
 
-#include <sys/syscall.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/log.hpp"
 
 namespace anview::base {
+namespace {
+
+enum class ProcState { running, gone, unreadable };
+
+// What /proc/PID/stat says of `pid`: running (then `start_time` is its start time), gone (no
+// such process, or a zombie: it exited and its parent has not reaped it yet), or unreadable
+// (no /proc; `why` says why).
+ProcState read_process(int pid, std::uint64_t& start_time, std::string* why) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ESRCH) return ProcState::gone;
+    if (why) *why = "open(" + path + "): " + errno_text(errno);
+    return ProcState::unreadable;
+  }
+  char text[1024];
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  const int read_errno = errno;
+  ::close(fd);
+  if (n < 0 && read_errno == ESRCH) return ProcState::gone;  // it exited after the open
+  if (n <= 0) {
+    if (why) *why = "read(" + path + "): " + (n < 0 ? errno_text(read_errno) : "empty");
+    return ProcState::unreadable;
+  }
+  text[n] = '\0';
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses; the fields after the
+  // last ')' are the state (field 3) and, 19 further on, the start time (field 22).
+  const char* p = std::strrchr(text, ')');
+  if (p == nullptr || p[1] != ' ' || p[2] == '\0') {
+    if (why) *why = path + " has no state field";
+    return ProcState::unreadable;
+  }
+  const char state = p[2];
+  if (state == 'Z' || state == 'X' || state == 'x') return ProcState::gone;
+  p += 3;
+  for (int field = 4; field < 22 && p != nullptr; ++field) {
+    p = std::strchr(p, ' ');
+    if (p != nullptr) ++p;
+  }
+  char* end = nullptr;
+  start_time = p != nullptr ? std::strtoull(p, &end, 10) : 0;
+  if (p == nullptr || end == p) {
+    if (why) *why = path + " has no start time field";
+    return ProcState::unreadable;
+  }
+  return ProcState::running;
+}
+
+}  // namespace
 
 std::unique_ptr<ProcessWatch> ProcessWatch::start(ProgressEngine& engine, int pid,
                                                   std::function<void()> on_exit, std::string* why,
@@ -17,33 +73,97 @@ std::unique_ptr<ProcessWatch> ProcessWatch::start(ProgressEngine& engine, int pi
   }
   // glibc 2.36's <sys/pidfd.h> lacks C linkage for C++; the system call is stable.
   const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (fd < 0) {
-    if (gone) *gone = errno == ESRCH;
+  if (fd >= 0)
+    return std::unique_ptr<ProcessWatch>(
+        new ProcessWatch(engine, Fd(fd), Method::pidfd, pid, 0, std::move(on_exit)));
+  if (errno == ESRCH) {
+    if (gone) *gone = true;
     if (why) *why = "pidfd_open(" + std::to_string(pid) + "): " + errno_text(errno);
     return nullptr;
   }
-  return std::make_unique<ProcessWatch>(engine, Fd(fd), std::move(on_exit));
+  const std::string refused = "pidfd_open(" + std::to_string(pid) + "): " + errno_text(errno);
+  std::string poll_why;
+  auto watch = start_polling(engine, pid, std::move(on_exit), &poll_why, gone);
+  if (!watch && why) *why = refused + "; " + poll_why;
+  static std::atomic<bool> told{false};
+  if (watch && !told.exchange(true))
+    log("base", LogLevel::info, refused, ": same-host peers are watched by reading /proc every ",
+        poll_interval.count(), " ms instead");
+  return watch;
 }
 
-ProcessWatch::ProcessWatch(ProgressEngine& engine, Fd pidfd, std::function<void()> on_exit)
-    : engine_(engine), pidfd_(std::move(pidfd)), on_exit_(std::move(on_exit)) {
-  engine_.add_fd(pidfd_.get(), EPOLLIN, this);
+std::unique_ptr<ProcessWatch> ProcessWatch::start_polling(ProgressEngine& engine, int pid,
+                                                          std::function<void()> on_exit,
+                                                          std::string* why, bool* gone) {
+  if (pid <= 0) {
+    if (why) *why = "no process id";
+    return nullptr;
+  }
+  std::uint64_t start_time = 0;
+  switch (read_process(pid, start_time, why)) {
+    case ProcState::gone:
+      if (gone) *gone = true;
+      if (why) *why = "process " + std::to_string(pid) + " has exited";
+      return nullptr;
+    case ProcState::unreadable:
+      return nullptr;
+    case ProcState::running:
+      break;
+  }
+  Fd timer(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (!timer.valid()) {
+    if (why) *why = "timerfd_create: " + errno_text(errno);
+    return nullptr;
+  }
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(poll_interval).count();
+  const timespec every{static_cast<time_t>(ns / 1'000'000'000),
+                       static_cast<long>(ns % 1'000'000'000)};
+  const itimerspec spec{every, every};
+  if (::timerfd_settime(timer.get(), 0, &spec, nullptr) != 0) {
+    if (why) *why = "timerfd_settime: " + errno_text(errno);
+    return nullptr;
+  }
+  return std::unique_ptr<ProcessWatch>(new ProcessWatch(engine, std::move(timer), Method::proc_poll,
+                                                        pid, start_time, std::move(on_exit)));
+}
+
+ProcessWatch::ProcessWatch(ProgressEngine& engine, Fd fd, Method method, int pid,
+                           std::uint64_t start_time, std::function<void()> on_exit)
+    : engine_(engine),
+      fd_(std::move(fd)),
+      method_(method),
+      pid_(pid),
+      start_time_(start_time),
+      on_exit_(std::move(on_exit)) {
+  engine_.add_fd(fd_.get(), EPOLLIN, this);
 }
 
 ProcessWatch::~ProcessWatch() {
-  if (armed_) engine_.remove_fd(pidfd_.get());
+  if (armed_) engine_.remove_fd(fd_.get());
 }
 
 bool ProcessWatch::exited() const {
   if (!armed_) return true;
-  pollfd p{pidfd_.get(), POLLIN, 0};
-  return ::poll(&p, 1, 0) == 1;
+  if (method_ == Method::pidfd) {
+    pollfd p{fd_.get(), POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  }
+  std::uint64_t start_time = 0;
+  // Unreadable now although it was readable at the start: not taken for an exit (the peer's
+  // other signs, its stream or a timeout, still tell).
+  const ProcState state = read_process(pid_, start_time, nullptr);
+  return state == ProcState::gone || (state == ProcState::running && start_time != start_time_);
 }
 
 void ProcessWatch::on_fd_events(std::uint32_t) {
   if (!armed_) return;
+  if (method_ == Method::proc_poll) {
+    std::uint64_t expirations = 0;
+    [[maybe_unused]] ssize_t n = ::read(fd_.get(), &expirations, sizeof expirations);
+    if (!exited()) return;
+  }
   armed_ = false;
-  engine_.remove_fd(pidfd_.get());
+  engine_.remove_fd(fd_.get());
   on_exit_();
 }
 

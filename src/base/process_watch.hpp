@@ -1,34 +1,55 @@
-// Watches another process on this host through a pidfd, which turns readable when the process
-// exits: a same-host peer's death is known at once, not at the next timeout.
+// Watches another process on this host, so that a same-host peer's death is known at once, not
+// at the next timeout. A pidfd turns readable when the process exits. Where pidfd_open is
+// refused (kernels before 5.3; sandboxes whose seccomp profile predates it, such as older
+// container runtimes' defaults), a timer reads /proc/PID/stat every poll_interval instead: the
+// process is gone when the entry is, when it is a zombie, or when its start time changed (the
+// pid was reused).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
 #include "base/progress_engine.hpp"
+#include "base/socket.hpp"
 
 namespace anview::base {
 
 class ProcessWatch final : public FdHandler {
  public:
-  // Null when the process cannot be watched (an old kernel, a sandbox; `why` says why) or
-  // has already exited (then `gone` is set, when given).
+  enum class Method { pidfd, proc_poll };
+  static constexpr std::chrono::milliseconds poll_interval{100};
+
+  // Null when the process cannot be watched either way (`why` says why) or has already exited
+  // (then `gone` is set, when given).
   static std::unique_ptr<ProcessWatch> start(ProgressEngine& engine, int pid,
                                              std::function<void()> on_exit, std::string* why,
                                              bool* gone = nullptr);
-  ProcessWatch(ProgressEngine& engine, Fd pidfd, std::function<void()> on_exit);
+  // The /proc method only: what start() falls back to (and what its tests use).
+  static std::unique_ptr<ProcessWatch> start_polling(ProgressEngine& engine, int pid,
+                                                     std::function<void()> on_exit,
+                                                     std::string* why, bool* gone = nullptr);
   ~ProcessWatch() override;
   ProcessWatch(const ProcessWatch&) = delete;
   ProcessWatch& operator=(const ProcessWatch&) = delete;
 
+  Method method() const { return method_; }
   void on_fd_events(std::uint32_t events) override;
-  // True once the process has exited (polls the pidfd; no need to wait for the engine).
+  // True once the process has exited (asks the pidfd or /proc now; no need to wait for the
+  // engine).
   bool exited() const;
 
  private:
+  ProcessWatch(ProgressEngine& engine, Fd fd, Method method, int pid, std::uint64_t start_time,
+               std::function<void()> on_exit);
+
   ProgressEngine& engine_;
-  Fd pidfd_;
+  Fd fd_;  // the pidfd, or the polling timer
+  Method method_;
+  int pid_;
+  std::uint64_t start_time_;  // proc_poll: the process's start time (clock ticks after boot)
   std::function<void()> on_exit_;
   bool armed_ = true;
 };

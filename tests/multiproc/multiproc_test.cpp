@@ -209,6 +209,21 @@ TEST(MultiprocKill, TcpFourRanks) {
 TEST(MultiprocKill, NoCmaTwoRanks) {
   kill_one_rank(2, {}, {"--deny-cma"});
 }
+// With pidfd_open refused (kernels before 5.3, older container seccomp profiles) the survivors
+// watch the victim through /proc: over shm, where no end of stream would tell them, and over
+// TCP with its only stream paused, where the dead peer's kernel still holds data for it.
+TEST(MultiprocKill, NoPidfdFourRanks) {
+  kill_one_rank(4, {}, {"--deny-pidfd"});
+}
+TEST(MultiprocKill, DuringAllreduceFourRanksNoPidfd) {
+  kill_one_rank(4, {}, {"--deny-pidfd"}, "coll_kill");
+}
+TEST(MultiprocKill, TcpNoPidfdWhileTheOnlyStreamIsPaused) {
+  kill_one_rank(2,
+                {"ANVIEW_TRANSPORTS=tcp", "ANVIEW_TCP_STREAMS=1", "ANVIEW_UNEXPECTED_BYTES=64K",
+                 "ANVIEW_TIMEOUT=5"},
+                {"--preload", "1048576", "--deny-pidfd"});
+}
 // Two emulated hosts: the victim is reached over shm by one survivor, over tcp by the others.
 TEST(MultiprocKill, MixedFourRanks) {
   kill_one_rank(4, {}, {"--hosts", "2"});
@@ -306,6 +321,10 @@ TEST(MultiprocKill, UcxTwoHostsFourRanks) {
 TEST(MultiprocKill, DuringAllreduceFourRanksUcx) {
   UCX_ONLY();
   kill_one_rank(4, ucx_tcp, {"--hosts", "4"}, "coll_kill");
+}
+TEST(MultiprocKill, UcxShmNoPidfdFourRanks) {
+  UCX_ONLY();
+  kill_one_rank(4, ucx_shm, {"--deny-pidfd"});
 }
 TEST(MultiprocKill, OneSidedThreeRanksUcx) {
   UCX_ONLY();

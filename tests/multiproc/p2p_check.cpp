@@ -1,7 +1,7 @@
 // anview_p2p_check: process-per-rank checks of the p2p layer over real sockets.
 //
 //   anview-run -n N anview_p2p_check SCENARIO [--seed S] [--result-dir DIR] [--preload BYTES]
-//                                     [--hosts K] [--deny-cma]
+//                                     [--hosts K] [--deny-cma] [--deny-pidfd]
 //
 // --hosts K splits the ranks over K emulated hosts (ANVIEW_HOST_ID per rank): shm within one,
 // tcp across. --deny-cma makes cross-memory attach fail (seccomp), as in a locked-down
@@ -234,6 +234,7 @@ struct Options {
   std::size_t preload_bytes = 0;  // kill only
   int hosts = 0;                  // emulate this many hosts (ANVIEW_HOST_ID per rank)
   bool deny_cma = false;          // cross-memory attach refused, as in a locked-down container
+  bool deny_pidfd = false;        // pidfd_open refused, as on kernels before 5.3 or in sandboxes
 };
 
 // The transports every pair must use, from ANVIEW_TRANSPORTS and the emulated hosts: the first
@@ -268,20 +269,33 @@ void check_transport_plan(Communicator& comm, const Options& options) {
   }
 }
 
-// Makes process_vm_readv/writev fail with EPERM in this process, as a container's seccomp
-// profile or kernel.yama.ptrace_scope does (x86-64 system call numbers; test-only).
-void deny_cross_memory_attach() {
-  sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 2, 0),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-  };
-  sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+// Makes the given system calls fail with `error` in this process, as a container's seccomp
+// profile, kernel.yama.ptrace_scope or an older kernel does (x86-64 system call numbers;
+// test-only). Filters stack: each call adds one.
+void deny_system_calls(const std::vector<long>& calls, int error) {
+  std::vector<sock_filter> filter{BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr))};
+  const auto n = static_cast<std::uint8_t>(calls.size());
+  for (std::uint8_t i = 0; i < n; ++i)  // a match jumps to the errno return, past the allow
+    filter.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(calls[i]),
+                              static_cast<std::uint8_t>(n - i), 0));
+  filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  filter.push_back(BPF_STMT(BPF_RET | BPF_K,
+                            SECCOMP_RET_ERRNO | (static_cast<std::uint32_t>(error) & SECCOMP_RET_DATA)));
+  sock_fprog program{static_cast<unsigned short>(filter.size()), filter.data()};
   require(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
               ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0,
           "cannot install the seccomp filter: ", std::strerror(errno));
+}
+
+// process_vm_readv/writev fail with EPERM, as in a locked-down container.
+void deny_cross_memory_attach() {
+  deny_system_calls({SYS_process_vm_readv, SYS_process_vm_writev}, EPERM);
+}
+
+// pidfd_open fails with ENOSYS, as on kernels before 5.3 (and in sandboxes whose seccomp
+// profile predates it): same-host peers cannot be watched through a pidfd.
+void deny_pidfd() {
+  deny_system_calls({SYS_pidfd_open}, ENOSYS);
 }
 
 class Job {
@@ -3137,7 +3151,7 @@ int usage(const std::string& why) {
   std::fprintf(stderr,
                "anview_p2p_check: %s\n"
                "usage: anview-run -n N anview_p2p_check SCENARIO [--seed S] [--result-dir DIR] "
-               "[--preload BYTES] [--hosts K] [--deny-cma]\n"
+               "[--preload BYTES] [--hosts K] [--deny-cma] [--deny-pidfd]\n"
                "scenarios: stress wildcards ordering outstanding timeout kill stop garbage "
                "tls_garbage version slowloris idle\n",
                why.c_str());
@@ -3168,6 +3182,8 @@ int main(int argc, char** argv) {
       options.hosts = std::atoi(argv[++i]);
     } else if (arg == "--deny-cma") {
       options.deny_cma = true;
+    } else if (arg == "--deny-pidfd") {
+      options.deny_pidfd = true;
     } else {
       return usage("unknown argument '" + arg + "'");
     }
@@ -3187,6 +3203,7 @@ int main(int argc, char** argv) {
                anview::bootstrap::emulated_host(rank, world, options.hosts).id.c_str(), 1);
     }
     if (options.deny_cma) deny_cross_memory_attach();
+    if (options.deny_pidfd) deny_pidfd();
     std::string summary;
     int size = 0;
     {

@@ -315,7 +315,7 @@ void TcpTransport::watch_process(const PeerInfo& peer) {
   const int rank = peer.rank;
   auto watch = base::ProcessWatch::start(
       *context_.engine, peer.pid, [this, rank] { on_peer_process_exit(rank); }, &why);
-  // Without a watch (an old kernel, a sandbox) the end of the stream still tells, later.
+  // Without a watch (neither a pidfd nor /proc) the end of the stream still tells, later.
   if (!watch) base::log("tcp", base::LogLevel::debug, "tcp: cannot watch rank ", rank, ": ", why);
   peers_[static_cast<std::size_t>(rank)].exit_watch = std::move(watch);
 }

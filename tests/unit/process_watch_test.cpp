@@ -1,0 +1,113 @@
+// ProcessWatch: a same-host peer's exit is seen through a pidfd, or through /proc where
+// pidfd_open is refused.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+
+#include "base/clock.hpp"
+#include "base/process_watch.hpp"
+#include "base/progress_engine.hpp"
+
+namespace {
+
+using anview::base::ProcessWatch;
+using anview::base::ProgressEngine;
+using namespace std::chrono_literals;
+
+// A child that sleeps until killed, named `name` (the comm field of /proc/PID/stat).
+pid_t sleeping_child(const char* name) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_NAME, name, 0, 0, 0);
+    for (;;) ::pause();
+  }
+  return pid;
+}
+
+// Polls the engine until `done` or `limit` passed; true when done.
+template <typename Done>
+bool poll_until(ProgressEngine& engine, Done done, std::chrono::milliseconds limit) {
+  const auto end = anview::base::Clock::now() + limit;
+  while (!done() && anview::base::Clock::now() < end) engine.poll(20);
+  return done();
+}
+
+void check_watch_sees_exit(bool polling, const char* name) {
+  ProgressEngine engine;
+  const pid_t child = sleeping_child(name);
+  ASSERT_GT(child, 0);
+  int exits = 0;
+  std::string why;
+  bool gone = false;
+  auto watch = polling ? ProcessWatch::start_polling(
+                             engine, child, [&] { ++exits; }, &why, &gone)
+                       : ProcessWatch::start(
+                             engine, child, [&] { ++exits; }, &why, &gone);
+  ASSERT_NE(watch, nullptr) << why;
+  EXPECT_FALSE(gone);
+  EXPECT_EQ(watch->method(),
+            polling ? ProcessWatch::Method::proc_poll : ProcessWatch::Method::pidfd);
+  // Alive: several polling intervals pass without a report.
+  EXPECT_FALSE(poll_until(
+      engine, [&] { return exits > 0; }, 3 * ProcessWatch::poll_interval));
+  EXPECT_FALSE(watch->exited());
+  // Killed and not reaped (a zombie, as a peer is until its launcher waits for it): reported
+  // within a few intervals, once.
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  EXPECT_TRUE(poll_until(
+      engine, [&] { return exits > 0; }, 2s));
+  EXPECT_TRUE(watch->exited());
+  poll_until(
+      engine, [] { return false; }, 2 * ProcessWatch::poll_interval);
+  EXPECT_EQ(exits, 1);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+}
+
+TEST(ProcessWatch, APidfdSeesAChildThatIsKilled) {
+  check_watch_sees_exit(false, "watched");
+}
+
+// A name with spaces and parentheses: /proc/PID/stat's fields are found after the last ')'.
+TEST(ProcessWatch, PollingProcSeesAChildThatIsKilled) {
+  check_watch_sees_exit(true, "a) b (c) d");
+}
+
+TEST(ProcessWatch, AProcessThatHasExitedIsGoneAtTheStart) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // reaped: its pid names no process now
+  ProgressEngine engine;
+  for (bool polling : {false, true}) {
+    std::string why;
+    bool gone = false;
+    auto watch = polling ? ProcessWatch::start_polling(
+                               engine, child, [] {}, &why, &gone)
+                         : ProcessWatch::start(
+                               engine, child, [] {}, &why, &gone);
+    EXPECT_EQ(watch, nullptr);
+    EXPECT_TRUE(gone) << why;
+  }
+}
+
+TEST(ProcessWatch, AZombieIsGoneAtTheStartOfPolling) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  // Not reaped: a zombie until waitpid below. Wait for the exit itself without reaping it.
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
+  ProgressEngine engine;
+  std::string why;
+  bool gone = false;
+  EXPECT_EQ(ProcessWatch::start_polling(
+                engine, child, [] {}, &why, &gone),
+            nullptr);
+  EXPECT_TRUE(gone) << why;
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+}
+
+}  // namespace
