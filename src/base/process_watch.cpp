@@ -18,45 +18,38 @@ namespace {
 
 enum class ProcState { running, gone, unreadable };
 
-// What /proc/PID/stat says of `pid`: running (then `start_time` is its start time), gone (no
-// such process, or a zombie: it exited and its parent has not reaped it yet), or unreadable
-// (no /proc; `why` says why).
-ProcState read_process(int pid, std::uint64_t& start_time, std::string* why) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT || errno == ESRCH) return ProcState::gone;
-    if (why) *why = "open(" + path + "): " + errno_text(errno);
-    return ProcState::unreadable;
-  }
+// What a /proc/PID/stat file open at `fd` says of its process: running (then `start_time` is
+// its start time), gone (it was reaped: the open file reads ESRCH even when the pid has been
+// reused since; or it is a zombie: it exited and its parent has not reaped it yet), or
+// unreadable (`why` says why).
+ProcState read_stat(int fd, std::uint64_t& start_time, std::string* why) {
   char text[1024];
-  const ssize_t n = ::read(fd, text, sizeof text - 1);
-  const int read_errno = errno;
-  ::close(fd);
-  if (n < 0 && read_errno == ESRCH) return ProcState::gone;  // it exited after the open
+  const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+  if (n < 0 && errno == ESRCH) return ProcState::gone;
   if (n <= 0) {
-    if (why) *why = "read(" + path + "): " + (n < 0 ? errno_text(read_errno) : "empty");
+    if (why)
+      *why = std::string("reading /proc/PID/stat: ") + (n < 0 ? base::errno_text(errno) : "empty");
     return ProcState::unreadable;
   }
   text[n] = '\0';
   // "pid (comm) state ppid ...": comm may hold spaces and parentheses; the fields after the
-  // last ')' are the state (field 3) and, 19 further on, the start time (field 22).
+  // last ')' are the state (field 3) and, further on, the start time (field 22).
   const char* p = std::strrchr(text, ')');
   if (p == nullptr || p[1] != ' ' || p[2] == '\0') {
-    if (why) *why = path + " has no state field";
+    if (why) *why = "/proc/PID/stat has no state field";
     return ProcState::unreadable;
   }
   const char state = p[2];
   if (state == 'Z' || state == 'X' || state == 'x') return ProcState::gone;
-  p += 3;
-  for (int field = 4; field < 22 && p != nullptr; ++field) {
+  p += 3;  // at the space that ends field 3
+  for (int field = 4; field <= 22 && p != nullptr; ++field) {
     p = std::strchr(p, ' ');
-    if (p != nullptr) ++p;
+    if (p != nullptr) ++p;  // at the start of field `field`
   }
   char* end = nullptr;
   start_time = p != nullptr ? std::strtoull(p, &end, 10) : 0;
   if (p == nullptr || end == p) {
-    if (why) *why = path + " has no start time field";
+    if (why) *why = "/proc/PID/stat has no start time field";
     return ProcState::unreadable;
   }
   return ProcState::running;
@@ -75,7 +68,7 @@ std::unique_ptr<ProcessWatch> ProcessWatch::start(ProgressEngine& engine, int pi
   const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (fd >= 0)
     return std::unique_ptr<ProcessWatch>(
-        new ProcessWatch(engine, Fd(fd), Method::pidfd, pid, 0, std::move(on_exit)));
+        new ProcessWatch(engine, Fd(fd), Method::pidfd, Fd(), 0, std::move(on_exit)));
   if (errno == ESRCH) {
     if (gone) *gone = true;
     if (why) *why = "pidfd_open(" + std::to_string(pid) + "): " + errno_text(errno);
@@ -99,8 +92,15 @@ std::unique_ptr<ProcessWatch> ProcessWatch::start_polling(ProgressEngine& engine
     if (why) *why = "no process id";
     return nullptr;
   }
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  Fd stat(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   std::uint64_t start_time = 0;
-  switch (read_process(pid, start_time, why)) {
+  const ProcState state =
+      !stat.valid() ? (errno == ENOENT || errno == ESRCH ? ProcState::gone : ProcState::unreadable)
+                    : read_stat(stat.get(), start_time, why);
+  if (!stat.valid() && state == ProcState::unreadable && why)
+    *why = "open(" + path + "): " + errno_text(errno);
+  switch (state) {
     case ProcState::gone:
       if (gone) *gone = true;
       if (why) *why = "process " + std::to_string(pid) + " has exited";
@@ -124,22 +124,23 @@ std::unique_ptr<ProcessWatch> ProcessWatch::start_polling(ProgressEngine& engine
     return nullptr;
   }
   return std::unique_ptr<ProcessWatch>(new ProcessWatch(engine, std::move(timer), Method::proc_poll,
-                                                        pid, start_time, std::move(on_exit)));
+                                                        std::move(stat), start_time,
+                                                        std::move(on_exit)));
 }
 
-ProcessWatch::ProcessWatch(ProgressEngine& engine, Fd fd, Method method, int pid,
+ProcessWatch::ProcessWatch(ProgressEngine& engine, Fd fd, Method method, Fd stat,
                            std::uint64_t start_time, std::function<void()> on_exit)
     : engine_(engine),
       fd_(std::move(fd)),
       method_(method),
-      pid_(pid),
+      stat_(std::move(stat)),
       start_time_(start_time),
       on_exit_(std::move(on_exit)) {
   engine_.add_fd(fd_.get(), EPOLLIN, this);
 }
 
 ProcessWatch::~ProcessWatch() {
-  if (armed_) engine_.remove_fd(fd_.get());
+  if (armed_) engine_.remove_fd(fd_.get(), this);
 }
 
 bool ProcessWatch::exited() const {
@@ -151,7 +152,7 @@ bool ProcessWatch::exited() const {
   std::uint64_t start_time = 0;
   // Unreadable now although it was readable at the start: not taken for an exit (the peer's
   // other signs, its stream or a timeout, still tell).
-  const ProcState state = read_process(pid_, start_time, nullptr);
+  const ProcState state = read_stat(stat_.get(), start_time, nullptr);
   return state == ProcState::gone || (state == ProcState::running && start_time != start_time_);
 }
 
@@ -163,7 +164,7 @@ void ProcessWatch::on_fd_events(std::uint32_t) {
     if (!exited()) return;
   }
   armed_ = false;
-  engine_.remove_fd(fd_.get());
+  engine_.remove_fd(fd_.get(), this);
   on_exit_();
 }
 

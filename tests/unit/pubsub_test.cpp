@@ -192,6 +192,55 @@ TEST(PubSub, EveryPublishThatReturnsWhileAnotherThreadClosesIsDelivered) {
   }
 }
 
+// Threads that keep publishing (or polling stats()) take the links' lock shared, one after
+// another: a subscriber that connects meanwhile, and close(), take it exclusively and must
+// still get it.
+TEST(PubSub, ASubscriberThatConnectsWhileThreadsKeepPublishingIsServed) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  Subscriber first = Subscriber::connect(publisher.address(), {.topics = {"elsewhere"}});
+  wait_for_subscribers(publisher, 1);
+  std::atomic<bool> stop{false};
+  std::atomic<long> published{0};
+  std::vector<std::thread> threads;
+  // They stop on their own after 20 s: a test that fails must not hang.
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        while (!stop.load() && std::chrono::steady_clock::now() < give_up) {
+          if (t == 2) {
+            (void)publisher.stats();
+          } else {
+            publisher.publish("t", Message("x"));
+            ++published;
+          }
+        }
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::usage) << e.what();  // closed
+      }
+    });
+  }
+  while (published.load() < 1000) std::this_thread::sleep_for(1ms);
+  // It takes everything until the end of the stream (close() flushes to it first).
+  Subscriber late = Subscriber::connect(publisher.address(),
+                                        {.topics = {"t"}, .policy = Backpressure::drop_oldest});
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<long> got{0};
+  std::thread reader([&] {
+    while (late.next(10s)) ++got;
+  });
+  while (got.load() == 0 && std::chrono::steady_clock::now() - start < 10s)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_GT(got.load(), 0) << "the subscriber that connected while threads kept publishing got "
+                              "nothing within 10 s";
+  const auto closing = std::chrono::steady_clock::now();
+  publisher.close();  // while the stats() thread goes on
+  EXPECT_LT(std::chrono::steady_clock::now() - closing, 5s);
+  stop = true;
+  for (auto& t : threads) t.join();
+  reader.join();
+}
+
 TEST(PubSub, SlowSubscriberDropOldestCountsEveryDrop) {
   Publisher publisher = Publisher::listen("127.0.0.1:0");
   Subscriber s = Subscriber::connect(
