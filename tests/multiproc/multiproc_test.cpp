@@ -426,6 +426,37 @@ TEST(MultiprocTrace, FourRanksShareOneValidFile) {
   }
 }
 
+// Settings a job gets wrong are told at the start: ANVIEW_TCP_SOCKBUF below 64 KiB (segments
+// larger than the receive window stall on the persist timer) is warned of once per rank, and
+// a negative one is a usage error naming it.
+TEST(MultiprocSettings, ASmallSocketBufferIsWarnedOfAndANegativeOneRefused) {
+  TempDir dir;
+  const std::vector<std::string> args = {
+      ANVIEW_RUN_PATH, "-n", "2", "--timeout", "60",  ANVIEW_PERF_PATH,
+      "pingpong",      "-b", "8", "-e",        "64K", "-f",
+      "8192",          "-n", "5", "-w",        "1"};
+  RunResult r =
+      run(args, {"ANVIEW_TRANSPORTS=tcp", "ANVIEW_LOG_LEVEL=warn", "ANVIEW_TCP_SOCKBUF=16K"},
+          dir.path(), std::chrono::seconds(80));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  int warnings = 0;
+  for (std::size_t at = 0; (at = r.err.find("ANVIEW_TCP_SOCKBUF=16K (16384 bytes) is below 64 KiB",
+                                            at)) != std::string::npos;
+       ++at)
+    ++warnings;
+  EXPECT_EQ(warnings, 2) << r.err;
+
+  r = run(args, {"ANVIEW_TRANSPORTS=tcp", "ANVIEW_TCP_SOCKBUF=-1"}, dir.path(),
+          std::chrono::seconds(80));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("ANVIEW_TCP_SOCKBUF"), std::string::npos) << r.err;
+
+  r = run(args, {"ANVIEW_TRANSPORTS=tcp", "ANVIEW_LOG_LEVEL=warn", "ANVIEW_TCP_SOCKBUF=256K"},
+          dir.path(), std::chrono::seconds(80));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.err.find("ANVIEW_TCP_SOCKBUF"), std::string::npos) << r.err;
+}
+
 // Two free TCP ports in a row (each rank's endpoint is ANVIEW_METRICS_PORT + its local rank).
 int free_port_pair() {
   for (int attempt = 0; attempt < 50; ++attempt) {
