@@ -244,9 +244,21 @@ Error RpcClientImpl::call_error(const RpcCallState& call, ErrorKind kind,
                       .cause = cause});
 }
 
+namespace {
+
+// Call ids come from one counter per process: clients over one communicator (several at once,
+// or one after another, with replies to a timed-out call still on the way) use the same reply
+// tags, and the server keys its running calls by (peer, id). Ids wrap below max_call_id.
+std::uint64_t next_call_id() {
+  static std::atomic<std::uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) % (rpc::max_call_id - 1) + 1;
+}
+
+}  // namespace
+
 void RpcClientImpl::issue(const std::shared_ptr<RpcCallState>& call,
                           std::shared_ptr<RpcConnection> conn) {
-  const auto id = conn->next_id.fetch_add(1, std::memory_order_relaxed);
+  const auto id = next_call_id();
   Request header;
   {
     std::lock_guard lock(call->mu);

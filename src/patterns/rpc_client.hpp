@@ -27,7 +27,6 @@ struct RpcConnection {
   Communicator comm;
   int server = 0;
   std::string name;  // "127.0.0.1:7000", "rank 0"
-  std::atomic<std::uint64_t> next_id{1};
   std::atomic<bool> broken{false};
 };
 

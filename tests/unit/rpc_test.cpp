@@ -366,6 +366,38 @@ TEST(Rpc, ServerOverACommunicatorServesTheOtherRanks) {
 // the call, and the body's receive must not land in the request it dropped. Before, the
 // receive stayed posted and the late body was copied into freed memory (ASan: heap use after
 // free). Rank 1 plays a client by hand, sending the frame and its 4 KiB tensor apart.
+// Two clients over one communicator (or one after another) share its tags: their calls must
+// not share ids, or a reply goes to the other client's call with the same id (and a cancel to
+// the other's handler). Before, each client counted from 1: A's "slow" call got B's "echo".
+TEST(Rpc, TwoClientsOverOneCommunicatorGetTheirOwnReplies) {
+  testing::run_ranks(2, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      RpcServer server = RpcServer::serve(comm, {.handler_threads = 2});
+      server.add_method("slow", [](const CallContext&, const Message&) {
+        std::this_thread::sleep_for(300ms);
+        return Message("slow");
+      });
+      server.add_method("echo", [](const CallContext&, const Message& m) { return m; });
+      comm.barrier();  // methods are registered
+      comm.barrier();  // the clients are done
+      server.shutdown();
+      return;
+    }
+    comm.barrier();
+    RpcClient a = RpcClient::over(comm, 0);
+    RpcClient b = RpcClient::over(comm, 0);
+    RpcCall slow = a.call("slow", Message("x"));
+    RpcCall echo = b.call("echo", Message("echo"));
+    EXPECT_EQ(echo.get().text(), "echo");
+    EXPECT_EQ(slow.get().text(), "slow");
+    {
+      RpcClient later = RpcClient::over(comm, 0);  // after the others, on the same tags
+      EXPECT_EQ(later.call("echo", Message("later")).get().text(), "later");
+    }
+    comm.barrier();
+  });
+}
+
 TEST(Rpc, ABodyThatComesAfterTheServerGaveUpIsNotWrittenIntoTheDroppedRequest) {
   namespace rpc = patterns::rpc;
   testing::run_ranks(2, [](Communicator& comm) {
