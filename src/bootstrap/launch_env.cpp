@@ -92,6 +92,17 @@ std::string find_root(const EnvLookup& getenv, const Launcher& l) {
     return *root;
   }
   if (l.root_needs_anview) usage(l, "ANVIEW_ROOT is not set");
+  // torchrun's agent serves PyTorch's own store on MASTER_PORT when it says so (its static
+  // rendezvous, the default): rank 0 could not listen there, and the others would speak to
+  // PyTorch's store.
+  if (const auto agent = lookup(getenv, "TORCHELASTIC_USE_AGENT_STORE");
+      agent && (*agent == "True" || *agent == "true" || *agent == "1"))
+    usage(l,
+          "ANVIEW_ROOT is not set, and MASTER_ADDR:MASTER_PORT is torchrun's own store "
+          "(TORCHELASTIC_USE_AGENT_STORE=" +
+              *agent +
+              "): set ANVIEW_ROOT=host:port to a free port on the host of rank 0, or use "
+              "anview.torch, which shares PyTorch's store");
   const auto addr = lookup(getenv, "MASTER_ADDR");
   const auto port = lookup(getenv, "MASTER_PORT");
   if (!addr && !port) usage(l, "ANVIEW_ROOT is not set, nor MASTER_ADDR and MASTER_PORT");

@@ -75,6 +75,25 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_EQ(info.root, "node0:29500");
 }
 
+// torchrun's agent serves PyTorch's store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True,
+// its default static rendezvous): Anview's rank 0 cannot serve there. Said at once, naming the
+// way out; ANVIEW_ROOT still works, and so does a torchrun whose agent keeps no store there.
+TEST(LaunchEnv, TorchrunsAgentStoreOnMasterPortIsNotTakenForTheRoot) {
+  const std::map<std::string, std::string> env{{"RANK", "0"},
+                                               {"WORLD_SIZE", "2"},
+                                               {"LOCAL_RANK", "0"},
+                                               {"MASTER_ADDR", "127.0.0.1"},
+                                               {"MASTER_PORT", "29500"},
+                                               {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  expect_usage(env, {"torchrun's own store", "ANVIEW_ROOT", "anview.torch"});
+  auto with_root = env;
+  with_root["ANVIEW_ROOT"] = "127.0.0.1:29600";
+  EXPECT_EQ(detect(with_root).root, "127.0.0.1:29600");
+  auto no_agent_store = env;
+  no_agent_store["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_EQ(detect(no_agent_store).root, "127.0.0.1:29500");
+}
+
 TEST(LaunchEnv, TorchrunIpv6MasterAddrGetsBrackets) {
   const auto info = detect({{"RANK", "0"},
                             {"WORLD_SIZE", "1"},
