@@ -18,7 +18,10 @@ namespace rpc = patterns::rpc;
 namespace detail {
 namespace {
 
-constexpr std::size_t reply_capacity = 4096;
+// Small replies come inline; a reply's frame always fits (max_reply_frame_bytes), so its
+// error text or tensor descriptions are never cut off by the buffer.
+constexpr std::size_t reply_capacity = 8192;
+static_assert(reply_capacity >= rpc::max_reply_frame_bytes);
 constexpr auto wait_slice = std::chrono::milliseconds(100);
 constexpr int max_attempts = 3;
 

@@ -26,6 +26,13 @@ inline constexpr std::size_t max_error_bytes = 4096;
 // The buffer a server receives each request's first message into: a request whose frame and
 // payload fit send the payload inline; others send it as a message of its own.
 inline constexpr std::size_t request_capacity = 64 * 1024;
+// The largest reply frame without its payload: an error's text, or the descriptions of the
+// most tensors with the most dimensions (an error reply carries no tensors). A client's first
+// reply buffer holds at least this, so every reply's frame fits it.
+inline constexpr std::size_t max_reply_frame_bytes =
+    header_bytes + (max_error_bytes > max_tensors * (tensor_desc_bytes + 8 * max_dims)
+                        ? max_error_bytes
+                        : max_tensors * (tensor_desc_bytes + 8 * max_dims));
 // Call ids stay below this, so a call's tags fit beside each other (see the tags below).
 inline constexpr std::uint64_t max_call_id = std::uint64_t{1} << 40;
 

@@ -23,7 +23,31 @@ std::string RpcEndpoint::peer_name(int peer) const {
   return "connection " + std::to_string(connection);
 }
 
+namespace {
+
+// What makes a handler's reply one the client would refuse (its frame is checked against the
+// same limits as a request's), or empty.
+std::string reply_problem(const Message& reply) {
+  if (reply.tensors().size() > rpc::max_tensors)
+    return std::to_string(reply.tensors().size()) + " tensors (limit " +
+           std::to_string(rpc::max_tensors) + ")";
+  for (const auto& t : reply.tensors())
+    if (t.shape.size() > rpc::max_dims)
+      return "a tensor of " + std::to_string(t.shape.size()) + " dimensions (limit " +
+             std::to_string(rpc::max_dims) + ")";
+  return {};
+}
+
+}  // namespace
+
 void RpcServerCall::answer(ReplyStatus status, std::string_view text, const Message* reply) {
+  if (status == ReplyStatus::ok && reply != nullptr) {
+    if (const std::string problem = reply_problem(*reply); !problem.empty()) {
+      answer(ReplyStatus::handler_error, "the handler of '" + method + "' replied with " + problem,
+             nullptr);
+      return;
+    }
+  }
   if (answered.exchange(true, std::memory_order_acq_rel)) return;
   {
     std::lock_guard lock(endpoint->mu);

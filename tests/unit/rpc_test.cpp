@@ -126,6 +126,46 @@ TEST(Rpc, UnknownMethodAndHandlerErrorsNameMethodAndServer) {
   EXPECT_EQ(client.call_sync("echo", Message("still fine")).text(), "still fine");
 }
 
+// Every reply's frame fits the client's first buffer: a long error text, or the most tensors
+// with the most dimensions. A reply the client would refuse (too many tensors) is a handler
+// error naming why. Before, these failed as "usage" (the frame did not fit the 4 KiB buffer)
+// or "protocol", the handler's message lost.
+TEST(Rpc, LongErrorsAndManyTensorsReachTheCaller) {
+  RpcServer server = RpcServer::listen("127.0.0.1:0");
+  server.add_method("long_error", [](const CallContext&, const Message&) -> Message {
+    throw std::runtime_error("refused: " + std::string(5000, 'e'));
+  });
+  std::vector<float> one{1.0f};
+  server.add_method("tensors", [&](const CallContext&, const Message& request) {
+    Message reply;
+    const int n = std::stoi(std::string(request.text()));
+    for (int i = 0; i < n; ++i)
+      reply.add_tensor(
+          {.dtype = DataType::float32, .shape = {1, 1, 1, 1, 1, 1, 1, 1}, .data = one.data()});
+    return reply;
+  });
+  RpcClient client = RpcClient::connect(server.address());
+  try {
+    client.call_sync("long_error", Message());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::remote) << e.what();
+    EXPECT_NE(std::string(e.what()).find("refused: eeee"), std::string::npos) << e.what();
+  }
+  const Message reply = client.call_sync("tensors", Message("64"));
+  ASSERT_EQ(reply.tensors().size(), 64u);
+  EXPECT_EQ(static_cast<const float*>(reply.tensors()[63].data)[0], 1.0f);
+  try {
+    client.call_sync("tensors", Message("65"));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::remote) << e.what();
+    EXPECT_NE(std::string(e.what()).find("replied with 65 tensors (limit 64)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(client.call_sync("tensors", Message("1")).tensors().size(), 1u);
+}
+
 TEST(Rpc, DeadlineFailsTheCallAndCancelsTheHandler) {
   std::atomic<bool> saw_cancel{false};
   // A pool, so the connection's thread reads the cancel while the handler runs.
