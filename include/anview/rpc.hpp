@@ -107,7 +107,9 @@ class RpcServer {
   // Where clients connect ("127.0.0.1:7000"); empty for a server over a communicator.
   std::string address() const;
   // Stops accepting, fails the calls not yet answered, closes the connections. Also done by
-  // the destructor of the last handle.
+  // the destructor of the last handle. A handler may call it: the server then stops without
+  // waiting for its own threads, which the destructor (or a shutdown() from another thread)
+  // joins; the last handle must not go away inside a handler.
   void shutdown();
 
  private:

@@ -1,5 +1,7 @@
 #include "patterns/connection.hpp"
 
+#include <utility>
+
 #include "base/log.hpp"
 #include "base/timeouts.hpp"
 
@@ -70,7 +72,9 @@ Listener::~Listener() {
 }
 
 void Listener::stop() {
-  if (stopping_.exchange(true, std::memory_order_acq_rel)) return;
+  request_stop();
+  std::lock_guard stop_lock(stop_mu_);
+  if (std::exchange(joined_, true)) return;
   if (acceptor_.joinable()) acceptor_.join();
   std::list<Worker> workers;
   {

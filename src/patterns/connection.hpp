@@ -40,8 +40,11 @@ class Listener {
   std::string address() const { return address_; }
   bool stopping() const { return stopping_.load(std::memory_order_acquire); }
   const std::atomic<bool>& stop_flag() const { return stopping_; }
-  // Stops accepting and joins every connection thread (they must notice stopping()).
+  // Stops accepting and joins every connection thread (they must notice stopping()). Not from
+  // a connection thread (it would join itself): that one calls request_stop().
   void stop();
+  // Stops accepting and tells the connection threads, without waiting for them.
+  void request_stop() { stopping_.store(true, std::memory_order_release); }
 
  private:
   void accept_loop();
@@ -54,6 +57,8 @@ class Listener {
   Store store_;
   std::string address_;
   std::atomic<bool> stopping_{false};
+  std::mutex stop_mu_;  // held while stop() joins: a second stop() returns when they are joined
+  bool joined_ = false;
   std::mutex mu_;
   struct Worker {
     std::thread thread;

@@ -2,6 +2,7 @@
 #include "base/timeouts.hpp"
 
 #include <cstring>
+#include <utility>
 
 #include "base/log.hpp"
 #include "patterns/rpc_transfer.hpp"
@@ -24,6 +25,16 @@ std::string RpcEndpoint::peer_name(int peer) const {
 }
 
 namespace {
+
+// The server whose connection thread (or communicator thread) this is.
+thread_local const RpcServerImpl* serving_for = nullptr;
+struct ServingFor {
+  explicit ServingFor(const RpcServerImpl* server) : previous(serving_for) { serving_for = server; }
+  ~ServingFor() { serving_for = previous; }
+  ServingFor(const ServingFor&) = delete;
+  ServingFor& operator=(const ServingFor&) = delete;
+  const RpcServerImpl* previous;
+};
 
 // What makes a handler's reply one the client would refuse (its frame is checked against the
 // same limits as a request's), or empty.
@@ -85,7 +96,7 @@ RpcServerImpl::RpcServerImpl(ServerOptions options)
                 {.operation = "rpc server",
                  .cause = "handler_threads is " + std::to_string(options_.handler_threads)});
   if (options_.handler_threads > 0)
-    pool_ = std::make_unique<patterns::HandlerPool>(options_.handler_threads);
+    pool_ = std::make_unique<patterns::HandlerPool>(options_.handler_threads, this);
 }
 
 RpcServerImpl::~RpcServerImpl() {
@@ -123,7 +134,14 @@ void RpcServerImpl::add_method(std::string name, RpcServer::Handler sync,
 }
 
 void RpcServerImpl::shutdown() {
-  if (stopping_.exchange(true)) return;
+  stopping_.store(true, std::memory_order_release);
+  if (listener_) listener_->request_stop();
+  // A handler, or a connection's thread, cannot wait for the threads it runs on: it only says
+  // stop. The joins come with the next shutdown() from another thread, at the latest with the
+  // destructor.
+  if (serving_for == this || patterns::HandlerPool::owner_of_this_thread() == this) return;
+  std::lock_guard lock(shutdown_mu_);
+  if (std::exchange(joined_, true)) return;
   if (listener_) listener_->stop();  // joins the connection threads
   if (comm_thread_.joinable()) comm_thread_.join();
   pool_.reset();  // runs the handlers already queued; they answer
@@ -142,6 +160,7 @@ void RpcServerImpl::fail_running(RpcEndpoint& endpoint) {
 }
 
 void RpcServerImpl::serve_endpoint(const std::shared_ptr<RpcEndpoint>& endpoint) {
+  const ServingFor serving(this);
   std::vector<std::byte> buffer(rpc::request_capacity);
   while (!stopping_.load(std::memory_order_acquire)) {
     Request r =
@@ -224,6 +243,12 @@ bool RpcServerImpl::handle_frame(const std::shared_ptr<RpcEndpoint>& endpoint, i
                 endpoint->peer_name(peer), " not received: ", e.what());
       return endpoint->source == any_source && e.kind() != ErrorKind::usage;
     }
+  }
+  // A request that came as the server began to stop (a handler may stop it) is refused, not
+  // run: shutdown() promises to fail the calls not yet answered.
+  if (stopping_.load(std::memory_order_acquire)) {
+    call->answer(ReplyStatus::shutting_down, "the server is shutting down", nullptr);
+    return false;
   }
   {
     std::lock_guard lock(endpoint->mu);

@@ -76,6 +76,8 @@ class RpcServerImpl : public std::enable_shared_from_this<RpcServerImpl> {
   patterns::rpc::Limits limits_;
   std::chrono::milliseconds timeout_;
   std::atomic<bool> stopping_{false};
+  std::mutex shutdown_mu_;  // held while shutdown() joins the threads
+  bool joined_ = false;
   mutable std::shared_mutex methods_mu_;
   std::unordered_map<std::string, Method> methods_;
   std::unique_ptr<patterns::HandlerPool> pool_;

@@ -166,6 +166,31 @@ TEST(Rpc, LongErrorsAndManyTensorsReachTheCaller) {
   EXPECT_EQ(client.call_sync("tensors", Message("1")).tensors().size(), 1u);
 }
 
+// A "stop" method that shuts the server down from its handler: on the connection's thread
+// and on the pool. Before, the server joined the very thread it ran on (std::terminate).
+TEST(Rpc, AHandlerMayShutTheServerDown) {
+  for (int threads : {0, 2}) {
+    SCOPED_TRACE("handler_threads " + std::to_string(threads));
+    RpcServer server = RpcServer::listen("127.0.0.1:0", {.handler_threads = threads});
+    std::atomic<bool> stopped{false};
+    server.add_method("stop", [&](const CallContext&, const Message&) {
+      server.shutdown();
+      stopped = true;
+      return Message("stopping");
+    });
+    RpcClient client = RpcClient::connect(server.address());
+    try {
+      EXPECT_EQ(client.call_sync("stop", Message(), {.deadline = 5s}).text(), "stopping");
+    } catch (const Error& e) {  // or the connection closed before the reply went out
+      EXPECT_TRUE(e.kind() == ErrorKind::peer_lost || e.kind() == ErrorKind::link) << e.what();
+    }
+    EXPECT_TRUE(stopped.load());
+    // Later calls fail (no new connection is accepted), they do not hang.
+    EXPECT_THROW(client.call_sync("stop", Message(), {.deadline = 2s}), Error);
+    server.shutdown();  // from this thread: joins the server's threads
+  }
+}
+
 TEST(Rpc, DeadlineFailsTheCallAndCancelsTheHandler) {
   std::atomic<bool> saw_cancel{false};
   // A pool, so the connection's thread reads the cancel while the handler runs.
