@@ -333,6 +333,16 @@ RpcCall RpcClientImpl::call(std::string_view method, Message request, CallOption
     pending_.fetch_sub(1, std::memory_order_relaxed);
     throw;
   }
+  {
+    std::lock_guard lock(mu_);
+    // Calls waited for by get() leave no one to prune them: done when progress() is not used.
+    if (in_flight_.size() >= 64 && in_flight_.size() > 2 * pending())
+      std::erase_if(in_flight_, [](const std::weak_ptr<RpcCallState>& weak) {
+        auto c = weak.lock();
+        return !c || c->done.load(std::memory_order_acquire);
+      });
+    in_flight_.push_back(call);
+  }
   issue(call, std::move(conn));
   return RpcCall(call);
 }
@@ -380,12 +390,55 @@ void RpcClientImpl::retry_loop() {
 }
 
 void RpcClientImpl::progress() {
-  std::shared_ptr<RpcConnection> conn;
+  std::vector<std::shared_ptr<RpcConnection>> connections;
+  std::vector<std::shared_ptr<RpcCallState>> calls;
   {
     std::lock_guard lock(mu_);
-    conn = current_;
+    if (current_) connections.push_back(current_);
+    std::erase_if(in_flight_, [&](const std::weak_ptr<RpcCallState>& weak) {
+      auto call = weak.lock();
+      if (!call || call->done.load(std::memory_order_acquire)) return true;
+      calls.push_back(std::move(call));
+      return false;
+    });
   }
-  if (conn) conn->comm.progress();
+  for (const auto& call : calls) {
+    std::lock_guard lock(call->mu);
+    if (call->connection &&
+        std::find(connections.begin(), connections.end(), call->connection) == connections.end())
+      connections.push_back(call->connection);  // a call left on a connection since replaced
+  }
+  for (const auto& conn : connections) conn->comm.progress();
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& call : calls) call->expire_if_due(now);
+}
+
+bool RpcCallState::expire_if_due(std::chrono::steady_clock::time_point now) {
+  if (done.load(std::memory_order_acquire) || now < deadline) return false;
+  std::shared_ptr<RpcConnection> conn;
+  std::uint64_t call_id;
+  {
+    std::lock_guard lock(mu);
+    conn = connection;
+    call_id = id;
+  }
+  if (conn) {  // tell the server to drop the call; a late reply is received and dropped
+    try {
+      patterns::send_owned(
+          conn->comm, conn->server, rpc::request_tag,
+          rpc::encode(Kind::cancel, 0, ReplyStatus::ok, call_id, 0, 0, {}, Message(), false));
+    } catch (const Error&) {
+    }
+  }
+  if (auto owner = client.lock()) {
+    finish(owner->call_error(*this, ErrorKind::timeout,
+                             "deadline exceeded: no reply in time; the server was told to drop "
+                             "the call"));
+  } else {
+    finish(Error(ErrorKind::timeout,
+                 {.operation = "rpc '" + method + "'", .cause = "deadline exceeded"}));
+  }
+  return true;
 }
 
 }  // namespace detail
@@ -396,33 +449,7 @@ Message RpcCall::get() {
   auto& call = *state_;
   while (!call.done.load(std::memory_order_acquire)) {
     const auto now = std::chrono::steady_clock::now();
-    if (now >= call.deadline) {
-      std::shared_ptr<detail::RpcConnection> conn;
-      std::uint64_t id;
-      {
-        std::lock_guard lock(call.mu);
-        conn = call.connection;
-        id = call.id;
-      }
-      auto client = call.client.lock();
-      if (conn) {  // tell the server to drop the call; a late reply is received and dropped
-        try {
-          patterns::send_owned(
-              conn->comm, conn->server, rpc::request_tag,
-              rpc::encode(Kind::cancel, 0, ReplyStatus::ok, id, 0, 0, {}, Message(), false));
-        } catch (const Error&) {
-        }
-      }
-      if (client) {
-        call.finish(client->call_error(call, ErrorKind::timeout,
-                                       "deadline exceeded: no reply in time; the server was "
-                                       "told to drop the call"));
-      } else {
-        call.finish(Error(ErrorKind::timeout, {.operation = "rpc '" + call.method + "'",
-                                               .cause = "deadline exceeded"}));
-      }
-      break;
-    }
+    if (call.expire_if_due(now)) break;
     const auto slice =
         std::min<std::chrono::steady_clock::duration>(call.deadline - now, detail::wait_slice);
     Request r = call.next_pending();
@@ -447,6 +474,7 @@ bool RpcCall::test() {
   if (done()) return true;
   Request r = state_->next_pending();
   if (r.valid()) r.test();
+  if (!done()) state_->expire_if_due(std::chrono::steady_clock::now());
   return done();
 }
 

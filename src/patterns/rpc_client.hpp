@@ -52,6 +52,9 @@ struct RpcCallState : std::enable_shared_from_this<RpcCallState> {
 
   // Completes the call (once) and runs the callbacks.
   void finish(std::optional<Error> failure);
+  // Past its deadline and not complete: tells the server to drop it and fails it with a
+  // timeout. True when it did.
+  bool expire_if_due(std::chrono::steady_clock::time_point now);
   // The first receive the reply still waits for (invalid when there is none).
   Request next_pending();
 };
@@ -87,6 +90,9 @@ class RpcClientImpl : public std::enable_shared_from_this<RpcClientImpl> {
   std::vector<std::string> addresses_;  // empty over a communicator
   mutable std::mutex mu_;
   std::shared_ptr<RpcConnection> current_;
+  // Calls issued and perhaps not complete (mu_): progress() drives their connections and
+  // expires those past their deadline, for callers that wait by test(), on_complete or co_await.
+  std::vector<std::weak_ptr<RpcCallState>> in_flight_;
   std::size_t address_index_ = 0;
   std::atomic<std::size_t> pending_{0};
 

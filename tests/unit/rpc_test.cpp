@@ -191,6 +191,41 @@ TEST(Rpc, AHandlerMayShutTheServerDown) {
   }
 }
 
+// The deadline holds for callers that wait by test(), or by on_complete (and co_await) while
+// driving RpcClient::progress(), not only by get(). Before, such a call stayed pending.
+TEST(Rpc, TheDeadlineHoldsForTestAndForProgressDrivenCallbacks) {
+  RpcServer server = echo_server({.handler_threads = 2});
+  RpcClient client = RpcClient::connect(server.address());
+  const auto bound = std::chrono::steady_clock::now() + 5s;
+
+  RpcCall tested = client.call("slow", Message(), {.deadline = 100ms});
+  while (!tested.test() && std::chrono::steady_clock::now() < bound)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(tested.done()) << "test() never completed a call past its deadline";
+  try {
+    tested.get();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::timeout) << e.what();
+  }
+
+  RpcCall watched = client.call("slow", Message(), {.deadline = 100ms});
+  std::atomic<int> completions{0};
+  std::optional<ErrorKind> kind;
+  watched.on_complete([&](const Message*, const Error* error) {
+    if (error) kind = error->kind();
+    ++completions;
+  });
+  while (completions.load() == 0 && std::chrono::steady_clock::now() < bound) {
+    client.progress();
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(completions.load(), 1) << "progress() never completed a call past its deadline";
+  EXPECT_EQ(kind, ErrorKind::timeout);
+  EXPECT_EQ(client.pending(), 0u);
+  EXPECT_EQ(client.call_sync("echo", Message("after")).text(), "after");
+}
+
 TEST(Rpc, DeadlineFailsTheCallAndCancelsTheHandler) {
   std::atomic<bool> saw_cancel{false};
   // A pool, so the connection's thread reads the cancel while the handler runs.
