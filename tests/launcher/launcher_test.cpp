@@ -388,6 +388,31 @@ TEST(Launcher, ProcessesLeftInTheRanksGroupsAreStoppedWithTheJob) {
     EXPECT_TRUE(process_gone(std::stoi(pid))) << pid << " survived";
 }
 
+// Ctrl-\ (SIGQUIT) stops the job as Ctrl-C does. Before, it killed the launcher alone.
+TEST(Launcher, SigquitStopsEveryRankAndTheirChildren) {
+  stop_with_signal(SIGQUIT, 2, 131, "received SIGQUIT; sending it to ranks 0-1");
+}
+
+// SIGUSR1 and SIGUSR2 reach every rank (an Anview rank dumps its flight recorder on SIGUSR1),
+// and the job goes on. Before, either killed the launcher, and its ranks with SIGKILL.
+TEST(Launcher, SigusrIsPassedToTheRanksWhichGoOn) {
+  // Each rank ends by itself once it saw both (the group's `sleep` dies of them, harmlessly).
+  Launcher launcher({"-n", "2", "/bin/sh", "-c",
+                     "got1=0; got2=0; trap 'got1=1; echo usr1 $ANVIEW_RANK' USR1; "
+                     "trap 'got2=1; echo usr2 $ANVIEW_RANK' USR2; echo ready; i=0; "
+                     "while [ $got1 -eq 0 ] || [ $got2 -eq 0 ]; do sleep 0.05; i=$((i+1)); "
+                     "[ $i -gt 400 ] && exit 3; done; exit 0"});
+  ASSERT_TRUE(launcher.wait_for_stdout_lines(2));
+  ASSERT_EQ(::kill(launcher.pid(), SIGUSR1), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(::kill(launcher.pid(), SIGUSR2), 0);
+  const auto r = launcher.finish();
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* line : {"usr1 0", "usr1 1", "usr2 0", "usr2 1"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << " missing from\n" << r.out;
+  EXPECT_NE(r.err.find("received SIGUSR1; passing it to ranks 0-1"), std::string::npos) << r.err;
+}
+
 TEST(Launcher, SigtermStopsTheJobWith143) {
   Launcher launcher({"-n", "2", "/bin/sh", "-c", "echo ready; sleep 30"});
   ASSERT_TRUE(launcher.wait_for_stdout_lines(2));

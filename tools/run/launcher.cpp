@@ -149,7 +149,11 @@ Job::Job(const LaunchOptions& options) : options_(options) {
   // SIGHUP too: a dropped ssh session must stop the ranks as SIGTERM does, not kill the
   // launcher alone (its ranks would get SIGKILL from PR_SET_PDEATHSIG, with no chance to
   // clean up, and their children would live on).
-  for (const int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&mask, sig);
+  // SIGQUIT (Ctrl-\) stops the job as SIGINT does; SIGUSR1 and SIGUSR2 are passed on to the
+  // ranks, which go on (an Anview rank writes its flight recorder on SIGUSR1; Slurm's --signal
+  // and checkpointing scripts send them). Left at their default, each killed the launcher alone.
+  for (const int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
+    sigaddset(&mask, sig);
   ::sigprocmask(SIG_BLOCK, &mask, &old_mask_);
   signal_fd_.reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!signal_fd_.valid())
@@ -166,6 +170,14 @@ Job::~Job() {
     ::kill(-r.pid, SIGKILL);
     ::kill(r.pid, SIGKILL);
     ::waitpid(r.pid, nullptr, 0);
+  }
+  // A SIGUSR1/SIGUSR2 that came after the loop read its last signal would take its default
+  // action once unblocked and kill the launcher as it exits, with the wrong status: the job is
+  // over, so they are ignored from here on, and what is pending is read away.
+  ::signal(SIGUSR1, SIG_IGN);
+  ::signal(SIGUSR2, SIG_IGN);
+  signalfd_siginfo info;
+  while (::read(signal_fd_.get(), &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
   }
   ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
 }
@@ -266,6 +278,13 @@ void Job::on_signals() {
   while (::read(signal_fd_.get(), &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
     const int sig = static_cast<int>(info.ssi_signo);
     if (sig == SIGCHLD) continue;  // reap() runs after every wake-up
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+      const auto running = ranks_where(&RankProcess::group_alive);
+      say("received " + signal_name(sig) + "; passing it to " + rank_list(running));
+      for (const RankProcess& r : ranks_)
+        if (r.group_alive) ::kill(-r.pid, sig);
+      continue;
+    }
     if (phase_ == Phase::terminating || phase_ == Phase::killed) {
       say("received " + signal_name(sig) + " again; sending SIGKILL to " +
           rank_list(ranks_where(&RankProcess::group_alive)));
