@@ -59,11 +59,8 @@ class TcpStoreClient {
   TcpStoreClient(const base::SockAddr& target, std::string shown, int rank,
                  std::chrono::milliseconds connect_timeout)
       : target_(target), shown_(std::move(shown)), rank_(rank) {
-    Channel probe =
-        connect(base::deadline_after(connect_timeout), "store.connect", connect_timeout);
-    // Only a connection that made a request (or proved the secret) may stay idle: the server
-    // drops one that did not after ANVIEW_HANDSHAKE_TIMEOUT.
-    if (!secret_.empty()) release(std::move(probe));
+    // Made a request (or proved the secret): it may stay idle for the first call.
+    release(connect(base::deadline_after(connect_timeout), "store.connect", connect_timeout));
   }
 
   StoreImpl::Bytes call(Op op, const std::vector<std::string>& keys, const std::uint8_t* payload,
@@ -76,11 +73,15 @@ class TcpStoreClient {
   // A connection, through the handshake, tried again while the store cuts handshakes off.
   Channel connect(base::Deadline deadline, const std::string& operation,
                   std::chrono::milliseconds timeout);
-  // `authenticating`: set once the connection is made and the secret's handshake begins.
+  // `authenticating`: set once the connection is made and its handshake (the secret's, or the
+  // first request without one) begins.
   Channel connect_once(base::Deadline deadline, const std::string& operation,
                        std::chrono::milliseconds timeout, bool* authenticating);
   // With a job secret: proves it to the server and checks the server's proof (hello, prove).
   void authenticate(Channel& channel, base::Deadline deadline, const std::string& operation);
+  // Without one: a request that changes nothing (check), so the connection stops counting as
+  // pending at the server before a real request, which could not be sent again, goes out.
+  void make_first_request(Channel& channel, base::Deadline deadline, const std::string& operation);
   // Reads a reply's header and body; `op` names the request.
   proto::ReplyHeader read_reply(Channel& channel, Op op, base::Deadline deadline,
                                 const ErrorContext& ctx, StoreImpl::Bytes& body) const;
@@ -108,12 +109,13 @@ class TcpStoreClient {
 
 Channel TcpStoreClient::connect(base::Deadline deadline, const std::string& operation,
                                 std::chrono::milliseconds timeout) {
-  // The store drops the oldest connection still in its handshake (the secret's hello and
-  // prove) once more than ANVIEW_MAX_PENDING_CONNECTIONS are: a large job's ranks connecting
-  // at once. A connection that was made and then lost in that handshake is tried again, after
-  // a growing, randomized pause (the ranks must not come back in step), until the deadline.
-  // The handshake changes nothing in the store, so trying again is safe; any other error
-  // (the TCP connect itself, TLS, a refused secret) is final.
+  // The store drops the oldest connection that has not made a request (or proved the secret)
+  // once more than ANVIEW_MAX_PENDING_CONNECTIONS are: a large job's ranks connecting at once.
+  // A connection that was made and then lost in its handshake (the secret's hello and prove, or
+  // without a secret a first check) is tried again, after a growing, randomized pause (the ranks
+  // must not come back in step), until the deadline. The handshake changes nothing in the
+  // store, so trying again is safe; any other error (the TCP connect itself, TLS, a refused
+  // secret) is final.
   auto pause = std::chrono::milliseconds(2);
   for (int attempt = 1;; ++attempt) {
     bool authenticating = false;
@@ -154,11 +156,25 @@ Channel TcpStoreClient::connect_once(base::Deadline deadline, const std::string&
       fail(e.kind(), operation, "TLS with the store at " + shown_ + ": " + e.cause());
     }
   }
+  *authenticating = true;
   if (!secret_.empty()) {
-    *authenticating = true;
     authenticate(channel, deadline, operation);
+  } else {
+    make_first_request(channel, deadline, operation);
   }
   return channel;
+}
+
+void TcpStoreClient::make_first_request(Channel& channel, base::Deadline deadline,
+                                        const std::string& operation) {
+  const ErrorContext ctx = context(operation);
+  const auto request = proto::encode_request_prefix(Op::check, {"."}, 0);
+  channel.write_all(request.data(), request.size(), deadline, ctx);
+  StoreImpl::Bytes body;
+  const proto::ReplyHeader h = read_reply(channel, Op::check, deadline, ctx, body);
+  if (h.status != static_cast<std::uint8_t>(Status::ok))
+    fail(ErrorKind::protocol, operation,
+         "the store at " + shown_ + " refused a check: " + std::string(body.begin(), body.end()));
 }
 
 void TcpStoreClient::authenticate(Channel& channel, base::Deadline deadline,
