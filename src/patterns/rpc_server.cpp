@@ -161,6 +161,13 @@ void RpcServerImpl::fail_running(RpcEndpoint& endpoint) {
 
 void RpcServerImpl::serve_endpoint(const std::shared_ptr<RpcEndpoint>& endpoint) {
   const ServingFor serving(this);
+  serve_requests(endpoint);
+  // However the loop ended while the server stops, the calls still running are failed (an
+  // asynchronous handler may hold its Responder): their callers learn it now.
+  if (stopping_.load(std::memory_order_acquire)) fail_running(*endpoint);
+}
+
+void RpcServerImpl::serve_requests(const std::shared_ptr<RpcEndpoint>& endpoint) {
   std::vector<std::byte> buffer(rpc::request_capacity);
   while (!stopping_.load(std::memory_order_acquire)) {
     Request r =

@@ -65,6 +65,7 @@ class RpcServerImpl : public std::enable_shared_from_this<RpcServerImpl> {
   };
   // Reads requests from `endpoint` until it closes or the server stops.
   void serve_endpoint(const std::shared_ptr<RpcEndpoint>& endpoint);
+  void serve_requests(const std::shared_ptr<RpcEndpoint>& endpoint);  // serve_endpoint's loop
   // False when the endpoint must close (a private connection that broke the protocol).
   bool handle_frame(const std::shared_ptr<RpcEndpoint>& endpoint, int peer,
                     std::span<const std::byte> bytes);

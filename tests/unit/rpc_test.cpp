@@ -6,6 +6,7 @@
 #include <atomic>
 #include <coroutine>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -189,6 +190,41 @@ TEST(Rpc, AHandlerMayShutTheServerDown) {
     EXPECT_THROW(client.call_sync("stop", Message(), {.deadline = 2s}), Error);
     server.shutdown();  // from this thread: joins the server's threads
   }
+}
+
+// A call whose asynchronous handler holds its Responder when a handler stops the server fails
+// at once ("shutting down"), not at its deadline. Before, it was failed only when the
+// connection's loop ended waiting for a request, not when it ended after one.
+TEST(Rpc, ACallHeldByItsHandlerFailsWhenAHandlerStopsTheServer) {
+  std::mutex mu;  // declared before the server: its threads use them
+  std::vector<Responder> held;
+  std::atomic<bool> holding{false};
+  RpcServer server = RpcServer::listen("127.0.0.1:0");
+  server.add_async_method("hold", [&](const CallContext&, const Message&, Responder r) {
+    const std::lock_guard lock(mu);
+    held.push_back(std::move(r));
+    holding = true;
+  });
+  server.add_method("stop", [&](const CallContext&, const Message&) {
+    server.shutdown();
+    return Message("stopping");
+  });
+  RpcClient client = RpcClient::connect(server.address());
+  RpcCall hold = client.call("hold", Message(), {.deadline = 20s});
+  while (!holding.load()) std::this_thread::sleep_for(1ms);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    client.call_sync("stop", Message(), {.deadline = 5s});
+  } catch (const Error&) {  // the stop call may lose its reply to the closing connection
+  }
+  try {
+    hold.get();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shutting down"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  server.shutdown();
 }
 
 // The deadline holds for callers that wait by test(), or by on_complete (and co_await) while
