@@ -140,7 +140,7 @@ ProcessWatch::ProcessWatch(ProgressEngine& engine, Fd fd, Method method, Fd stat
 }
 
 ProcessWatch::~ProcessWatch() {
-  if (armed_) engine_.remove_fd(fd_.get(), this);
+  if (armed_) engine_.remove_fd(fd_.get());
 }
 
 bool ProcessWatch::exited() const {
@@ -164,7 +164,7 @@ void ProcessWatch::on_fd_events(std::uint32_t) {
     if (!exited()) return;
   }
   armed_ = false;
-  engine_.remove_fd(fd_.get(), this);
+  engine_.remove_fd(fd_.get());
   on_exit_();
 }
 

@@ -38,11 +38,8 @@ void ProgressEngine::modify_fd(int fd, std::uint32_t events, FdHandler* handler)
   control(EPOLL_CTL_MOD, fd, events, handler);
 }
 
-void ProgressEngine::remove_fd(int fd, FdHandler* handler) {
+void ProgressEngine::remove_fd(int fd) {
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-  if (handler == nullptr) return;
-  for (int i = dispatch_next_; i < dispatch_count_; ++i)
-    if (events_[i].data.ptr == handler) events_[i].data.ptr = nullptr;
 }
 
 void ProgressEngine::add_poller(std::function<bool()> poller, std::function<bool()> has_work) {
@@ -93,19 +90,15 @@ int ProgressEngine::wait_events(int timeout_ms) {
 }
 
 void ProgressEngine::dispatch_events(int count) {
-  dispatch_count_ = count;
-  for (dispatch_next_ = 0; dispatch_next_ < count;) {
-    const epoll_event& event = events_[dispatch_next_++];
-    FdHandler* handler = static_cast<FdHandler*>(event.data.ptr);
-    if (handler == nullptr) continue;  // removed by a handler before it of this round
+  for (int i = 0; i < count; ++i) {
+    FdHandler* handler = static_cast<FdHandler*>(events_[i].data.ptr);
     if (handler == wakeup_marker) {
       std::uint64_t value;
       [[maybe_unused]] ssize_t r = ::read(wakeup_fd_.get(), &value, sizeof value);
       continue;
     }
-    handler->on_fd_events(event.events);
+    handler->on_fd_events(events_[i].events);
   }
-  dispatch_next_ = dispatch_count_ = 0;
 }
 
 bool ProgressEngine::poll(int timeout_ms) {

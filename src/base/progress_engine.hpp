@@ -32,11 +32,10 @@ class ProgressEngine {
 
   // Events of one poll() round are collected before handlers run, so a handler whose fd is
   // removed during a round may still be called once in that round: owners keep a removed
-  // handler alive (ignoring events) until the next poll() starts, or name it to remove_fd(),
-  // which drops its events still to come in the round (then it may be destroyed at once).
+  // handler alive (ignoring events) until the next poll() starts.
   void add_fd(int fd, std::uint32_t events, FdHandler* handler);
   void modify_fd(int fd, std::uint32_t events, FdHandler* handler);
-  void remove_fd(int fd, FdHandler* handler = nullptr);
+  void remove_fd(int fd);
 
   // A poller is called on every poll(); it returns true when it did work. A poller with work
   // pending keeps poll() from sleeping. Pollers are added once and live as long as the engine.
@@ -85,7 +84,6 @@ class ProgressEngine {
   std::vector<std::function<void()>> after_wake_;
   static constexpr int max_events = 64;
   epoll_event events_[max_events];
-  int dispatch_next_ = 0, dispatch_count_ = 0;  // the events of the round still to dispatch
 };
 
 }  // namespace anview::base
