@@ -132,11 +132,11 @@ TEST(Rpc, UnknownMethodAndHandlerErrorsNameMethodAndServer) {
 // error naming why. Before, these failed as "usage" (the frame did not fit the 4 KiB buffer)
 // or "protocol", the handler's message lost.
 TEST(Rpc, LongErrorsAndManyTensorsReachTheCaller) {
+  std::vector<float> one{1.0f};  // before the server: its threads read it
   RpcServer server = RpcServer::listen("127.0.0.1:0");
   server.add_method("long_error", [](const CallContext&, const Message&) -> Message {
     throw std::runtime_error("refused: " + std::string(5000, 'e'));
   });
-  std::vector<float> one{1.0f};
   server.add_method("tensors", [&](const CallContext&, const Message& request) {
     Message reply;
     const int n = std::stoi(std::string(request.text()));
@@ -172,8 +172,8 @@ TEST(Rpc, LongErrorsAndManyTensorsReachTheCaller) {
 TEST(Rpc, AHandlerMayShutTheServerDown) {
   for (int threads : {0, 2}) {
     SCOPED_TRACE("handler_threads " + std::to_string(threads));
+    std::atomic<bool> stopped{false};  // before the server: its threads set it
     RpcServer server = RpcServer::listen("127.0.0.1:0", {.handler_threads = threads});
-    std::atomic<bool> stopped{false};
     server.add_method("stop", [&](const CallContext&, const Message&) {
       server.shutdown();
       stopped = true;
