@@ -94,13 +94,12 @@ std::unique_ptr<ProcessWatch> ProcessWatch::start_polling(ProgressEngine& engine
   }
   const std::string path = "/proc/" + std::to_string(pid) + "/stat";
   Fd stat(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!stat.valid() && errno != ENOENT && errno != ESRCH) {
+    if (why) *why = "open(" + path + "): " + errno_text(errno);
+    return nullptr;
+  }
   std::uint64_t start_time = 0;
-  const ProcState state =
-      !stat.valid() ? (errno == ENOENT || errno == ESRCH ? ProcState::gone : ProcState::unreadable)
-                    : read_stat(stat.get(), start_time, why);
-  if (!stat.valid() && state == ProcState::unreadable && why)
-    *why = "open(" + path + "): " + errno_text(errno);
-  switch (state) {
+  switch (stat.valid() ? read_stat(stat.get(), start_time, why) : ProcState::gone) {
     case ProcState::gone:
       if (gone) *gone = true;
       if (why) *why = "process " + std::to_string(pid) + " has exited";

@@ -7,19 +7,10 @@
 namespace anview::patterns {
 namespace {
 constexpr auto idle_spin = std::chrono::microseconds(50);
-thread_local const void* pool_owner = nullptr;
-}  // namespace
-
-HandlerPool::HandlerPool(int threads, const void* owner) : owner_(owner) {
-  for (int i = 0; i < threads; ++i)
-    threads_.emplace_back([this] {
-      pool_owner = owner_;
-      run();
-    });
 }
 
-const void* HandlerPool::owner_of_this_thread() {
-  return pool_owner;
+HandlerPool::HandlerPool(int threads) {
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
 }
 
 HandlerPool::~HandlerPool() {

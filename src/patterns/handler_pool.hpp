@@ -15,12 +15,8 @@ namespace anview::patterns {
 
 class HandlerPool {
  public:
-  // `owner`: what owner_of_this_thread() says on the pool's threads.
-  explicit HandlerPool(int threads, const void* owner = nullptr);
+  explicit HandlerPool(int threads);
   ~HandlerPool();  // runs what is queued, then joins
-  // The owner of the pool whose thread this is, or null (a job can tell it runs on the pool of
-  // an object that must not join its own threads from it).
-  static const void* owner_of_this_thread();
   HandlerPool(const HandlerPool&) = delete;
   HandlerPool& operator=(const HandlerPool&) = delete;
 
@@ -36,7 +32,6 @@ class HandlerPool {
   std::atomic<std::size_t> queued_{0};
   int sleeping_ = 0;  // under mu_
   bool stopping_ = false;
-  const void* owner_;
   std::vector<std::thread> threads_;
 };
 

@@ -336,11 +336,7 @@ RpcCall RpcClientImpl::call(std::string_view method, Message request, CallOption
   {
     std::lock_guard lock(mu_);
     // Calls waited for by get() leave no one to prune them: done when progress() is not used.
-    if (in_flight_.size() >= 64 && in_flight_.size() > 2 * pending())
-      std::erase_if(in_flight_, [](const std::weak_ptr<RpcCallState>& weak) {
-        auto c = weak.lock();
-        return !c || c->done.load(std::memory_order_acquire);
-      });
+    if (in_flight_.size() >= 64 && in_flight_.size() > 2 * pending()) prune_in_flight();
     in_flight_.push_back(call);
   }
   issue(call, std::move(conn));
@@ -395,12 +391,7 @@ void RpcClientImpl::progress() {
   {
     std::lock_guard lock(mu_);
     if (current_) connections.push_back(current_);
-    std::erase_if(in_flight_, [&](const std::weak_ptr<RpcCallState>& weak) {
-      auto call = weak.lock();
-      if (!call || call->done.load(std::memory_order_acquire)) return true;
-      calls.push_back(std::move(call));
-      return false;
-    });
+    calls = prune_in_flight();
   }
   for (const auto& call : calls) {
     std::lock_guard lock(call->mu);
@@ -411,6 +402,17 @@ void RpcClientImpl::progress() {
   for (const auto& conn : connections) conn->comm.progress();
   const auto now = std::chrono::steady_clock::now();
   for (const auto& call : calls) call->expire_if_due(now);
+}
+
+std::vector<std::shared_ptr<RpcCallState>> RpcClientImpl::prune_in_flight() {
+  std::vector<std::shared_ptr<RpcCallState>> live;
+  std::erase_if(in_flight_, [&](const std::weak_ptr<RpcCallState>& weak) {
+    auto call = weak.lock();
+    if (!call || call->done.load(std::memory_order_acquire)) return true;
+    live.push_back(std::move(call));
+    return false;
+  });
+  return live;
 }
 
 bool RpcCallState::expire_if_due(std::chrono::steady_clock::time_point now) {

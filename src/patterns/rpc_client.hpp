@@ -93,6 +93,8 @@ class RpcClientImpl : public std::enable_shared_from_this<RpcClientImpl> {
   // Calls issued and perhaps not complete (mu_): progress() drives their connections and
   // expires those past their deadline, for callers that wait by test(), on_complete or co_await.
   std::vector<std::weak_ptr<RpcCallState>> in_flight_;
+  // mu_ held: drops the calls of in_flight_ that completed or went away; returns the others.
+  std::vector<std::shared_ptr<RpcCallState>> prune_in_flight();
   std::size_t address_index_ = 0;
   std::atomic<std::size_t> pending_{0};
 

@@ -26,7 +26,7 @@ std::string RpcEndpoint::peer_name(int peer) const {
 
 namespace {
 
-// The server whose connection thread (or communicator thread) this is.
+// The server whose connection thread, communicator thread or handler job this is.
 thread_local const RpcServerImpl* serving_for = nullptr;
 struct ServingFor {
   explicit ServingFor(const RpcServerImpl* server) : previous(serving_for) { serving_for = server; }
@@ -96,7 +96,7 @@ RpcServerImpl::RpcServerImpl(ServerOptions options)
                 {.operation = "rpc server",
                  .cause = "handler_threads is " + std::to_string(options_.handler_threads)});
   if (options_.handler_threads > 0)
-    pool_ = std::make_unique<patterns::HandlerPool>(options_.handler_threads, this);
+    pool_ = std::make_unique<patterns::HandlerPool>(options_.handler_threads);
 }
 
 RpcServerImpl::~RpcServerImpl() {
@@ -139,7 +139,7 @@ void RpcServerImpl::shutdown() {
   // A handler, or a connection's thread, cannot wait for the threads it runs on: it only says
   // stop. The joins come with the next shutdown() from another thread, at the latest with the
   // destructor.
-  if (serving_for == this || patterns::HandlerPool::owner_of_this_thread() == this) return;
+  if (serving_for == this) return;
   std::lock_guard lock(shutdown_mu_);
   if (std::exchange(joined_, true)) return;
   if (listener_) listener_->stop();  // joins the connection threads
@@ -277,8 +277,9 @@ void RpcServerImpl::dispatch(std::shared_ptr<RpcServerCall> call, Message reques
                  nullptr);
     return;
   }
-  auto job = [call = std::move(call), request = std::move(request),
+  auto job = [this, call = std::move(call), request = std::move(request),
               method = std::move(method)]() mutable {
+    const ServingFor serving(this);  // on the pool too: a handler's shutdown() must not join it
     if (std::chrono::steady_clock::now() >= call->deadline) {
       call->answer(ReplyStatus::deadline_exceeded, "the deadline passed before the handler ran",
                    nullptr);

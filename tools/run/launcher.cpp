@@ -118,6 +118,9 @@ class Job {
   void reap();
   void on_rank_ended(RankProcess& rank, int status);
   void on_deadline();
+  // Sends `sig` to the process group of every rank whose group lives (to the rank itself where
+  // the group is gone and the rank is not).
+  void signal_groups(int sig);
   void stop(int sig, Phase phase, std::chrono::milliseconds next_step);
   void update_groups();
   std::vector<int> ranks_where(bool RankProcess::*flag) const;
@@ -279,10 +282,9 @@ void Job::on_signals() {
     const int sig = static_cast<int>(info.ssi_signo);
     if (sig == SIGCHLD) continue;  // reap() runs after every wake-up
     if (sig == SIGUSR1 || sig == SIGUSR2) {
-      const auto running = ranks_where(&RankProcess::group_alive);
-      say("received " + signal_name(sig) + "; passing it to " + rank_list(running));
-      for (const RankProcess& r : ranks_)
-        if (r.group_alive) ::kill(-r.pid, sig);
+      say("received " + signal_name(sig) + "; passing it to " +
+          rank_list(ranks_where(&RankProcess::group_alive)));
+      signal_groups(sig);
       continue;
     }
     if (phase_ == Phase::terminating || phase_ == Phase::killed) {
@@ -371,12 +373,17 @@ void Job::on_deadline() {
 
 // Signals every process group that may still have members. A rank that no longer has its own
 // group (it moved to another one) is signalled alone.
-void Job::stop(int sig, Phase phase, std::chrono::milliseconds next_step) {
-  for (RankProcess& r : ranks_) {
+void Job::signal_groups(int sig) {
+  for (const RankProcess& r : ranks_) {
     if (!r.group_alive) continue;
     if (::kill(-r.pid, sig) != 0 && r.running) ::kill(r.pid, sig);
-    if (r.running) r.signalled = true;
   }
+}
+
+void Job::stop(int sig, Phase phase, std::chrono::milliseconds next_step) {
+  signal_groups(sig);
+  for (RankProcess& r : ranks_)
+    if (r.group_alive && r.running) r.signalled = true;
   stop_signal_ = sig;
   job_deadline_ = Clock::time_point::max();  // the job is being stopped already
   phase_ = phase;
