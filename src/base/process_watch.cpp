@@ -139,7 +139,7 @@ ProcessWatch::ProcessWatch(ProgressEngine& engine, Fd fd, Method method, Fd stat
 }
 
 ProcessWatch::~ProcessWatch() {
-  if (armed_) engine_.remove_fd(fd_.get());
+  if (armed_) engine_.remove_fd(fd_.get(), this);
 }
 
 bool ProcessWatch::exited() const {
@@ -163,7 +163,7 @@ void ProcessWatch::on_fd_events(std::uint32_t) {
     if (!exited()) return;
   }
   armed_ = false;
-  engine_.remove_fd(fd_.get());
+  engine_.remove_fd(fd_.get(), this);
   on_exit_();
 }
 

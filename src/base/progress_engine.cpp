@@ -7,18 +7,18 @@
 #include <cerrno>
 
 namespace anview::base {
-namespace {
 
-// Marks the wakeup eventfd in epoll's user data.
-FdHandler* const wakeup_marker = nullptr;
-
-}  // namespace
+void ProgressEngine::WakeupDrain::on_fd_events(std::uint32_t) {
+  std::uint64_t value;
+  [[maybe_unused]] ssize_t r = ::read(fd, &value, sizeof value);
+}
 
 ProgressEngine::ProgressEngine()
     : epoll_(::epoll_create1(EPOLL_CLOEXEC)), wakeup_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (!epoll_.valid()) throw sys_error(ErrorKind::internal, {}, "epoll_create1()", errno);
   if (!wakeup_fd_.valid()) throw sys_error(ErrorKind::internal, {}, "eventfd()", errno);
-  control(EPOLL_CTL_ADD, wakeup_fd_.get(), EPOLLIN, wakeup_marker);
+  wakeup_drain_.fd = wakeup_fd_.get();
+  control(EPOLL_CTL_ADD, wakeup_fd_.get(), EPOLLIN, &wakeup_drain_);
 }
 
 void ProgressEngine::control(int op, int fd, std::uint32_t events, FdHandler* handler) {
@@ -38,8 +38,11 @@ void ProgressEngine::modify_fd(int fd, std::uint32_t events, FdHandler* handler)
   control(EPOLL_CTL_MOD, fd, events, handler);
 }
 
-void ProgressEngine::remove_fd(int fd) {
+void ProgressEngine::remove_fd(int fd, FdHandler* handler) {
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  if (handler == nullptr) return;
+  for (int i = dispatch_next_; i < dispatch_count_; ++i)
+    if (events_[i].data.ptr == handler) events_[i].data.ptr = nullptr;
 }
 
 void ProgressEngine::add_poller(std::function<bool()> poller, std::function<bool()> has_work) {
@@ -90,15 +93,14 @@ int ProgressEngine::wait_events(int timeout_ms) {
 }
 
 void ProgressEngine::dispatch_events(int count) {
-  for (int i = 0; i < count; ++i) {
-    FdHandler* handler = static_cast<FdHandler*>(events_[i].data.ptr);
-    if (handler == wakeup_marker) {
-      std::uint64_t value;
-      [[maybe_unused]] ssize_t r = ::read(wakeup_fd_.get(), &value, sizeof value);
-      continue;
-    }
-    handler->on_fd_events(events_[i].events);
+  dispatch_count_ = count;
+  for (dispatch_next_ = 0; dispatch_next_ < count;) {
+    const epoll_event& event = events_[dispatch_next_++];
+    FdHandler* handler = static_cast<FdHandler*>(event.data.ptr);
+    if (handler == nullptr) continue;  // removed by a handler before it of this round
+    handler->on_fd_events(event.events);
   }
+  dispatch_next_ = dispatch_count_ = 0;
 }
 
 bool ProgressEngine::poll(int timeout_ms) {

@@ -32,10 +32,11 @@ class ProgressEngine {
 
   // Events of one poll() round are collected before handlers run, so a handler whose fd is
   // removed during a round may still be called once in that round: owners keep a removed
-  // handler alive (ignoring events) until the next poll() starts.
+  // handler alive (ignoring events) until the next poll() starts, or name it to remove_fd(),
+  // which drops its events still to come in the round (then it may be destroyed at once).
   void add_fd(int fd, std::uint32_t events, FdHandler* handler);
   void modify_fd(int fd, std::uint32_t events, FdHandler* handler);
-  void remove_fd(int fd);
+  void remove_fd(int fd, FdHandler* handler = nullptr);
 
   // A poller is called on every poll(); it returns true when it did work. A poller with work
   // pending keeps poll() from sleeping. Pollers are added once and live as long as the engine.
@@ -74,6 +75,14 @@ class ProgressEngine {
 
   Fd epoll_;
   Fd wakeup_fd_;
+  // Drains wakeup_fd_. A handler like any other, so that no marker value in epoll's user data
+  // can be mistaken for the null that remove_fd() leaves for a removed handler (once, the
+  // wakeup fd's marker was null: it was skipped as removed, never drained, and every waiter
+  // spun instead of sleeping).
+  struct WakeupDrain final : FdHandler {
+    int fd = -1;
+    void on_fd_events(std::uint32_t events) override;
+  } wakeup_drain_;
   struct Poller {
     std::function<bool()> poll;
     std::function<bool()> has_work;  // empty: none given
@@ -84,6 +93,7 @@ class ProgressEngine {
   std::vector<std::function<void()>> after_wake_;
   static constexpr int max_events = 64;
   epoll_event events_[max_events];
+  int dispatch_next_ = 0, dispatch_count_ = 0;  // the events of the round still to dispatch
 };
 
 }  // namespace anview::base

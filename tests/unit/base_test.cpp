@@ -237,6 +237,44 @@ TEST(ProgressEngine, WakeupEndsASleepingPoll) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
 }
 
+// The wakeup is drained by the round that sees it: the next round finds nothing to do, so an
+// idle owner sleeps instead of spinning. (With a null marker for the wakeup fd, which the
+// dispatch skipped as a removed handler, every later round woke at once.)
+TEST(ProgressEngine, AWakeupIsDrainedByTheRoundThatSeesIt) {
+  ProgressEngine engine;
+  engine.wakeup();
+  EXPECT_TRUE(engine.poll(0));
+  EXPECT_FALSE(engine.poll(0));
+  EXPECT_FALSE(engine.poll(10));
+}
+
+// A handler removed, by name, by another handler of the same round is not called in it (so
+// its owner may destroy it at once).
+TEST(ProgressEngine, AHandlerRemovedByAnotherInTheSameRoundIsNotCalled) {
+  ProgressEngine engine;
+  struct Removing final : FdHandler {
+    ProgressEngine* engine = nullptr;
+    Fd fd{::eventfd(1, EFD_NONBLOCK)};
+    int calls = 0;
+    Removing* other = nullptr;
+    void on_fd_events(std::uint32_t) override {
+      std::uint64_t v;
+      [[maybe_unused]] ssize_t n = ::read(fd.get(), &v, sizeof v);
+      ++calls;
+      engine->remove_fd(other->fd.get(), other);
+    }
+  } a, b;
+  a.engine = b.engine = &engine;
+  a.other = &b;
+  b.other = &a;
+  engine.add_fd(a.fd.get(), EPOLLIN, &a);
+  engine.add_fd(b.fd.get(), EPOLLIN, &b);
+  engine.wakeup();  // a third event in the round, dispatched as well
+  EXPECT_TRUE(engine.poll(0));
+  EXPECT_EQ(a.calls + b.calls, 1);
+  EXPECT_FALSE(engine.poll(0));
+}
+
 // A signal that lands while connect_tcp waits for the handshake (a profiler's timer, a
 // fuzzer's watchdog) used to end the wait with the socket still connecting, and connect_tcp
 // returned it as connected. A listener whose accept queue is full drops the SYN, so the

@@ -136,6 +136,35 @@ TEST(ProcessWatch, AProcessThatHasExitedIsGoneAtTheStart) {
   }
 }
 
+// A watch whose fd turned ready in the same round as another's, destroyed by that other's
+// handler, is not called (the engine drops its events still to come in the round).
+TEST(ProcessWatch, AWatchDestroyedByAnotherInTheSameRoundIsNotCalled) {
+  SleepingChild a("a"), b("b");
+  ProgressEngine engine;
+  std::unique_ptr<ProcessWatch> watches[2];
+  int calls = 0;
+  for (int i = 0; i < 2; ++i) {
+    std::string why;
+    watches[i] = ProcessWatch::start_polling(
+        engine, i == 0 ? a.pid : b.pid,
+        [&, i] {
+          ++calls;
+          watches[1 - i].reset();  // the other one's timer fired in this round too
+        },
+        &why);
+    ASSERT_NE(watches[i], nullptr) << why;
+  }
+  ASSERT_EQ(::kill(a.pid, SIGKILL), 0);
+  ASSERT_EQ(::kill(b.pid, SIGKILL), 0);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(a.pid), &info, WEXITED | WNOWAIT), 0);
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(b.pid), &info, WEXITED | WNOWAIT), 0);
+  // Both timers expire before the round that reads them.
+  std::this_thread::sleep_for(2 * ProcessWatch::poll_interval);
+  engine.poll(0);
+  EXPECT_EQ(calls, 1);
+}
+
 TEST(ProcessWatch, AZombieIsGoneAtTheStartOfPolling) {
   const pid_t child = ::fork();
   if (child == 0) ::_exit(0);
