@@ -78,6 +78,20 @@ class Launcher {
 
   pid_t pid() const { return pid_; }
 
+  // Off: the test reads anview-run's stdout no more (a reader that stalled); stderr still.
+  void read_stdout(bool on) { read_stdout_ = on; }
+
+  // Reads until stderr contains `text`; false if that takes longer than `limit`.
+  bool wait_for_stderr(const std::string& text,
+                       std::chrono::seconds limit = std::chrono::seconds(10)) {
+    const auto deadline = Clock::now() + limit;
+    while (result_.err.find(text) == std::string::npos) {
+      if (Clock::now() > deadline || fds_[1] < 0) return false;
+      pump(50);
+    }
+    return true;
+  }
+
   // Reads until stdout holds `count` lines; false if that takes longer than `limit`.
   bool wait_for_stdout_lines(std::size_t count,
                              std::chrono::seconds limit = std::chrono::seconds(10)) {
@@ -117,8 +131,9 @@ class Launcher {
  private:
   void pump(int timeout_ms) {
     std::vector<pollfd> polled;
-    for (const int fd : fds_) {
-      if (fd >= 0) polled.push_back({.fd = fd, .events = POLLIN, .revents = 0});
+    for (int i = 0; i < 2; ++i) {
+      if (fds_[i] >= 0 && (i == 1 || read_stdout_))
+        polled.push_back({.fd = fds_[i], .events = POLLIN, .revents = 0});
     }
     if (polled.empty()) {
       ::usleep(static_cast<useconds_t>(timeout_ms) * 1000);
@@ -126,7 +141,7 @@ class Launcher {
     }
     ::poll(polled.data(), polled.size(), timeout_ms);
     for (int i = 0; i < 2; ++i) {
-      if (fds_[i] < 0) continue;
+      if (fds_[i] < 0 || (i == 0 && !read_stdout_)) continue;
       std::string& sink = i == 0 ? result_.out : result_.err;
       char buffer[65536];
       ssize_t n;
@@ -142,6 +157,7 @@ class Launcher {
   pid_t pid_ = -1;
   int fds_[2] = {-1, -1};
   bool exited_ = false;
+  bool read_stdout_ = true;
   Clock::time_point start_;
   Result result_;
 };
@@ -251,6 +267,68 @@ TEST(Launcher, TagOutputPrefixesWholeLinesOnTheirOwnStream) {
   const auto err = lines_of(r.err);
   EXPECT_EQ(std::set<std::string>(err.begin(), err.end()),
             (std::set<std::string>{"[0] error from 0", "[1] error from 1", "[2] error from 2"}));
+}
+
+// Every stdout line is "[rank] y" (the output of `yes`): whole lines, none cut or mixed.
+void expect_whole_yes_lines(const std::string& out) {
+  std::size_t lines = 0;
+  for (const std::string& line : lines_of(out)) {
+    ++lines;
+    if (line != "[0] y" && line != "[1] y") {
+      ADD_FAILURE() << "line " << lines << " is '" << line.substr(0, 80) << "'";
+      return;
+    }
+  }
+}
+
+// Under --tag-output the launcher writes the ranks' lines itself. A reader that stops reading
+// (a paused pager, a stalled ssh session) used to block it in write(): --timeout, signals and
+// ranks' deaths went unseen until the reader went on. Now the output waits and the job does
+// not: the timeout stops the ranks while the reader still reads nothing.
+TEST(Launcher, AStalledReaderOfTagOutputDoesNotStopTheTimeout) {
+  Launcher launcher({"-n", "2", "--tag-output", "--timeout", "2", "/bin/sh", "-c",
+                     "yes | head -c 20000000; sleep 30"});
+  launcher.read_stdout(false);
+  ASSERT_TRUE(launcher.wait_for_stderr("job ran past --timeout 2 s; ranks 0-1 still running"));
+  launcher.read_stdout(true);  // the reader goes on: what was queued comes out, whole
+  const auto r = launcher.finish();
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_GT(r.out.size(), 1000000u);
+  expect_whole_yes_lines(r.out);
+}
+
+TEST(Launcher, AStalledReaderOfTagOutputDoesNotStopCtrlC) {
+  Launcher launcher(
+      {"-n", "2", "--tag-output", "/bin/sh", "-c", "yes | head -c 20000000; sleep 30"});
+  launcher.read_stdout(false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the pipes fill up
+  ASSERT_EQ(::kill(launcher.pid(), SIGINT), 0);
+  ASSERT_TRUE(launcher.wait_for_stderr("received SIGINT; sending it to ranks 0-1",
+                                       std::chrono::seconds(5)));
+  launcher.read_stdout(true);
+  const auto r = launcher.finish();
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  expect_whole_yes_lines(r.out);
+}
+
+// Once the ranks are done, the launcher waits for its reader to take the output (here 1.8 MB
+// of tagged lines, less than OutputSink::high_water); a signal
+// then drops it, and says so, instead of leaving the launcher stuck.
+TEST(Launcher, AStopSignalDropsOutputThatWaitsForAStalledReader) {
+  Launcher launcher(
+      {"-n", "2", "--tag-output", "/bin/sh", "-c", "yes | head -c 300000; echo done >&2"});
+  launcher.read_stdout(false);
+  ASSERT_TRUE(launcher.wait_for_stderr("[0] done"));
+  ASSERT_TRUE(launcher.wait_for_stderr("[1] done"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ranks exit
+  const auto signalled = Clock::now();
+  ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
+  const auto r = launcher.finish(std::chrono::seconds(5));
+  EXPECT_EQ(r.exit_code, 143) << r.err;
+  EXPECT_LT(seconds_since(signalled), 3.0);
+  EXPECT_NE(r.err.find("received SIGTERM while"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bytes of output waited for their reader; dropping them"), std::string::npos)
+      << r.err;
 }
 
 TEST(Launcher, ExitCodeIsTheFailingRanks) {

@@ -34,8 +34,9 @@ constexpr int leftover_poll_ms = 20;
 
 const ErrorContext launcher_context{.operation = "anview-run"};
 
-// One line on stderr, written at once.
-void say(const std::string& message) {
+// One line on stderr, written at once: in a rank's child before exec only (the launcher's own
+// lines go through its queued output, Job::say).
+void say_now(const std::string& message) {
   const std::string line = "anview-run: " + message + "\n";
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
 }
@@ -114,6 +115,11 @@ class Job {
   [[noreturn]] void exec_rank(int rank, const std::vector<char*>& argv,
                               OutputForwarder::RankPipes pipes, int dev_null,
                               pid_t launcher_pid) noexcept;
+  // One line on the launcher's stderr, queued behind what is not written yet.
+  void say(const std::string& message);
+  // After the job: writes out what is queued while the reader takes it; a signal that stops
+  // the job (INT, TERM, HUP, QUIT) drops it instead.
+  void flush_output();
   void on_signals();
   void reap();
   void on_rank_ended(RankProcess& rank, int status);
@@ -129,6 +135,7 @@ class Job {
 
   const LaunchOptions& options_;
   std::vector<RankProcess> ranks_;
+  LauncherOutput output_;
   std::optional<OutputForwarder> forwarder_;
   base::Fd signal_fd_;
   sigset_t old_mask_{};
@@ -141,7 +148,7 @@ class Job {
 };
 
 Job::Job(const LaunchOptions& options) : options_(options) {
-  if (options.tag_output) forwarder_.emplace();
+  if (options.tag_output) forwarder_.emplace(output_);
   // Block the signals the loop handles and read them from a signalfd instead. SIGCHLD must not
   // be ignored (children would be reaped behind our back); SIGPIPE is ignored so that a closed
   // stdout drops output instead of killing the launcher. Children get both back in exec_rank.
@@ -244,7 +251,7 @@ void Job::exec_rank(int rank, const std::vector<char*>& argv, OutputForwarder::R
     ::setenv("ANVIEW_LOCAL_WORLD_SIZE", std::to_string(host.ranks).c_str(), 1);
   }
   ::execvp(argv[0], argv.data());
-  say("rank " + rank_text + ": cannot execute '" + argv[0] + "': " + base::errno_text(errno));
+  say_now("rank " + rank_text + ": cannot execute '" + argv[0] + "': " + base::errno_text(errno));
   ::_exit(exit_exec_failed);
 }
 
@@ -253,6 +260,8 @@ int Job::wait() {
   while (!finished()) {
     fds.clear();
     fds.push_back({.fd = signal_fd_.get(), .events = POLLIN, .revents = 0});
+    output_.append_poll_fds(fds);
+    const std::size_t first_stream = fds.size();
     if (forwarder_) forwarder_->append_poll_fds(fds);
     const Clock::time_point deadline = std::min(job_deadline_, phase_deadline_);
     int timeout_ms = deadline == Clock::time_point::max() ? -1 : base::ms_left(deadline);
@@ -262,8 +271,9 @@ int Job::wait() {
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
       throw base::sys_error(ErrorKind::internal, launcher_context, "poll", errno);
     }
+    for (std::size_t i = 1; i < first_stream; ++i) output_.on_poll_result(fds[i]);
     // Output first, so that a rank's last lines come before the launcher's verdict on it.
-    for (std::size_t i = 1; i < fds.size(); ++i) {
+    for (std::size_t i = first_stream; i < fds.size(); ++i) {
       if (fds[i].revents != 0) forwarder_->on_readable(fds[i].fd);
     }
     if (fds[0].revents != 0) on_signals();
@@ -273,7 +283,37 @@ int Job::wait() {
     if (Clock::now() >= std::min(job_deadline_, phase_deadline_) && !finished()) on_deadline();
   }
   if (forwarder_) forwarder_->finish();
+  flush_output();
   return exit_code_.value_or(0);
+}
+
+void Job::say(const std::string& message) {
+  output_.err().write("anview-run: " + message + "\n");
+}
+
+void Job::flush_output() {
+  std::vector<pollfd> fds;
+  while (output_.queued()) {
+    fds.clear();
+    fds.push_back({.fd = signal_fd_.get(), .events = POLLIN, .revents = 0});
+    output_.append_poll_fds(fds);
+    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+    for (std::size_t i = 1; i < fds.size(); ++i) output_.on_poll_result(fds[i]);
+    if (fds[0].revents == 0) continue;
+    signalfd_siginfo info;
+    while (::read(signal_fd_.get(), &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
+        // The reader does not read, and the user gave up waiting for it.
+        const std::size_t dropped = output_.out().queued() + output_.err().queued();
+        output_.drop();
+        if (!exit_code_) exit_code_ = exit_signal_base + sig;
+        say("received " + signal_name(sig) + " while " + std::to_string(dropped) +
+            " bytes of output waited for their reader; dropping them");
+        return;
+      }
+    }
+  }
 }
 
 void Job::on_signals() {

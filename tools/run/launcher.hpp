@@ -50,7 +50,10 @@ inline constexpr int exit_signal_base = 128;  // + signal number
 //   128 + signal      the launcher received SIGINT, SIGTERM or SIGHUP and stopped the job
 //                     (a SIGHUP reaches the ranks as SIGTERM).
 // Reports on stderr, one "anview-run: ..." line per event: how each failing rank ended and
-// every signal the launcher sends. Blocks; call once per process and from its only thread
+// every signal the launcher sends. Its own output never blocks it (output_sink.hpp): once the
+// ranks are done it waits for a slow reader to take what is queued, unless SIGINT, SIGTERM,
+// SIGHUP or SIGQUIT comes first, which drops that output (exit code 128 + signal if the job
+// had none). Blocks; call once per process and from its only thread
 // (it blocks SIGCHLD, SIGINT, SIGTERM and SIGHUP and makes the process a child subreaper).
 // Raises an internal anview::Error when a rank cannot be started; ranks started by then are
 // killed first.

@@ -9,22 +9,6 @@
 namespace anview::run {
 namespace {
 
-// Writes all of `data`, waiting when the target is a full non-blocking pipe. Output that cannot
-// be written (the reader went away: EPIPE) is dropped; the ranks keep running.
-void write_all_or_drop(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n >= 0) {
-      data.remove_prefix(static_cast<std::size_t>(n));
-    } else if (errno == EAGAIN) {
-      pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
-      ::poll(&p, 1, -1);
-    } else if (errno != EINTR) {
-      return;
-    }
-  }
-}
-
 void append_line(std::string& out, int rank, std::string_view line) {
   out += '[';
   out += std::to_string(rank);
@@ -46,16 +30,19 @@ OutputForwarder::RankPipes OutputForwarder::add_rank(int rank) {
     base::Fd read_end(ends[0]);
     base::Fd write_end(ends[1]);
     base::set_nonblocking(read_end.get(), true);
-    streams_.push_back(
-        Stream{.rank = rank, .target_fd = target, .read_end = std::move(read_end), .partial = {}});
+    streams_.push_back(Stream{.rank = rank,
+                              .target = target == STDOUT_FILENO ? &output_.out() : &output_.err(),
+                              .read_end = std::move(read_end),
+                              .partial = {}});
     (target == STDOUT_FILENO ? pipes.stdout_write : pipes.stderr_write) = std::move(write_end);
   }
   return pipes;
 }
 
-void OutputForwarder::append_poll_fds(std::vector<pollfd>& fds) const {
+void OutputForwarder::append_poll_fds(std::vector<pollfd>& fds) {
   for (const Stream& s : streams_) {
-    if (s.read_end.valid()) fds.push_back({.fd = s.read_end.get(), .events = POLLIN, .revents = 0});
+    if (s.read_end.valid() && !s.target->full())
+      fds.push_back({.fd = s.read_end.get(), .events = POLLIN, .revents = 0});
   }
 }
 
@@ -71,15 +58,17 @@ void OutputForwarder::on_readable(int fd) {
 void OutputForwarder::drain_rank(int rank) {
   for (Stream& s : streams_) {
     if (s.rank == rank) {
-      while (read_chunk(s)) {
+      while (!s.target->full() && read_chunk(s)) {
       }
     }
   }
 }
 
 void OutputForwarder::finish() {
+  // A bounded read per stream: what is still in the pipe, not what an escaped process that
+  // holds it open goes on writing.
   for (Stream& s : streams_) {
-    while (read_chunk(s)) {
+    for (int chunks = 0; chunks < 16 && read_chunk(s); ++chunks) {
     }
     flush_partial(s);
     s.read_end.reset();
@@ -118,7 +107,7 @@ void OutputForwarder::emit_lines(Stream& stream) {
   }
   if (out.empty()) return;
   stream.partial.erase(0, stream.partial.size() - rest.size());
-  write_all_or_drop(stream.target_fd, out);
+  stream.target->write(out);
 }
 
 void OutputForwarder::flush_partial(Stream& stream) {
@@ -126,7 +115,7 @@ void OutputForwarder::flush_partial(Stream& stream) {
   std::string out;
   append_line(out, stream.rank, stream.partial);
   stream.partial.clear();
-  write_all_or_drop(stream.target_fd, out);
+  stream.target->write(out);
 }
 
 }  // namespace anview::run

@@ -1,7 +1,7 @@
 // Line forwarding for `anview-run --tag-output`: every rank writes its stdout and stderr into
 // pipes, and the launcher copies them to its own stdout and stderr with each line prefixed by
-// "[rank] ". Whole lines only: a line is written with a single buffer, never split and never
-// mixed with another rank's line (the launcher is single-threaded and is the only writer).
+// "[rank] ". Whole lines only: a line is queued whole on the launcher's output (output_sink.hpp),
+// never split and never mixed with another rank's line (the launcher is the only writer).
 // The one exception is a line longer than `max_line_bytes` without a newline, which is
 // emitted in pieces of that size so that a rank cannot make the launcher buffer without bound.
 #pragma once
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/socket.hpp"
+#include "output_sink.hpp"
 
 namespace anview::run {
 
@@ -27,32 +28,35 @@ class OutputForwarder {
     base::Fd stderr_write;
   };
 
-  OutputForwarder() = default;
+  explicit OutputForwarder(LauncherOutput& output) : output_(output) {}
   OutputForwarder(const OutputForwarder&) = delete;
   OutputForwarder& operator=(const OutputForwarder&) = delete;
 
   // Creates the two pipes of `rank`. Raises an internal Error when pipe2 fails.
   RankPipes add_rank(int rank);
 
-  // One pollfd (POLLIN) per stream that has not reached end of file.
-  void append_poll_fds(std::vector<pollfd>& fds) const;
+  // One pollfd (POLLIN) per stream that has not reached end of file and whose target is not
+  // full (a rank whose lines cannot go out waits in its own writes).
+  void append_poll_fds(std::vector<pollfd>& fds);
 
   // Reads once from the stream behind `fd` (poll said it is readable or hung up) and writes
   // the complete lines. Unknown fds are ignored.
   void on_readable(int fd);
 
-  // Reads everything `rank` has written so far without blocking: called when the rank has
-  // been reaped, so that its last lines come out before the launcher's verdict on it.
+  // Reads what `rank` has written so far without blocking (until its target is full): called
+  // when the rank has been reaped, so that its last lines come out before the launcher's
+  // verdict on it.
   void drain_rank(int rank);
 
-  // Drains every stream without blocking, writes unterminated last lines with a newline added
-  // and closes all pipes. Output that a rank's leftover children write later is dropped.
+  // Drains every stream without blocking (up to 1 MiB each), queues unterminated last lines
+  // with a newline added and closes all pipes. Output that a rank's leftover children write
+  // later is dropped.
   void finish();
 
  private:
   struct Stream {
     int rank;
-    int target_fd;        // STDOUT_FILENO or STDERR_FILENO
+    OutputSink* target;   // the launcher's stdout or stderr
     base::Fd read_end;    // invalid once end of file was seen
     std::string partial;  // bytes after the last newline
   };
@@ -62,6 +66,7 @@ class OutputForwarder {
   void emit_lines(Stream& stream);
   void flush_partial(Stream& stream);
 
+  LauncherOutput& output_;
   std::vector<Stream> streams_;
 };
 
