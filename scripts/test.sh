@@ -15,11 +15,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# Every stage's line says when it started (minutes:seconds into this script), so a CI log shows
+# where the time goes.
+at() { printf '(at %d:%02d)' $((SECONDS / 60)) $((SECONDS % 60)); }
 
 configure_and_build() {  # BUILD_DIR TARGET CMAKE_ARGS...
   local dir=$1 target=$2
   shift 2
-  echo "=== test.sh: building $dir ($*)"
+  echo "=== test.sh: building $dir ($*) $(at)"
   cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
   cmake --build "$dir" -j "$jobs" --target "$target"
 }
@@ -34,7 +37,7 @@ sanitizer_flags="-O1 -g1 -DNDEBUG"
 configure_and_build build-tsan anview_unit_tests -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=thread \
   -DCMAKE_UNITY_BUILD=ON
-echo "=== test.sh: unit tests under ThreadSanitizer ($jobs shards at once)"
+echo "=== test.sh: unit tests under ThreadSanitizer ($jobs shards at once) $(at)"
 # UCX's memory hooks (libucm patches mmap/madvise for its registration cache) run inside
 # exiting threads' stack teardown, where TSan's interceptors crash: off for this stage (there
 # is no RDMA memory whose registrations they would keep coherent). One process per core, each
@@ -63,16 +66,17 @@ for ((i = 0; i < jobs; i++)); do
 done
 ((tsan_status == 0))
 
-echo "=== test.sh: fuzz targets (libFuzzer)"
+echo "=== test.sh: fuzz targets (libFuzzer) $(at)"
 ./scripts/fuzz.sh 30
 
 configure_and_build build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=address \
   -DCMAKE_UNITY_BUILD=ON
-echo "=== test.sh: every test under ASan+UBSan"
+echo "=== test.sh: every test under ASan+UBSan $(at)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure --timeout 300 -j "$jobs"
 
 configure_and_build build all -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON
-echo "=== test.sh: every test, Release"
+echo "=== test.sh: every test, Release $(at)"
 ctest --test-dir build --output-on-failure --timeout 300 -j "$jobs"
+echo "=== test.sh: done $(at)"
