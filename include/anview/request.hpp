@@ -42,6 +42,13 @@ class Request {
   // Cancels a receive that has not matched a message yet; true if it was cancelled (it then
   // completes with a usage Error "cancelled"). Sends and matched receives cannot be cancelled.
   bool cancel();
+  // Gives up on a send or receive in any phase, so that its buffer is no longer used when this
+  // returns: a receive that has not matched is cancelled; anything else fails with `reason`
+  // and closes the link to its peer (the peer could still read or write the buffer), failing
+  // that link's other traffic with the same cause. True when it gave up on the request; false
+  // when the request had completed already (its outcome stands). A usage Error for other
+  // requests (nonblocking collectives, one-sided operations).
+  bool abandon(const Error& reason);
   bool done() const;
   // The status of a completed request; the error of a failed one (null otherwise).
   Status status() const;

@@ -172,7 +172,13 @@ class RpcClient {
   // Calls rank `server` of `comm`, which runs RpcServer::serve(comm).
   static RpcClient over(Communicator comm, int server, ClientOptions options = {});
 
-  // Starts a call. The request's memory must stay valid until the call completes.
+  // Starts a call. The request's memory must stay valid until the call completes. A call that
+  // ends before the server took its request (its deadline passed while the server was busy, or
+  // the server refused it) closes its connection, so that this holds: calls still in flight on
+  // that connection fail as on a lost connection (idempotent ones are retried), and the next
+  // call connects again. A client over() a shared communicator closes nothing: there, memory
+  // given as a view may still be read after such a call failed, until the server takes the
+  // request; keep it alive with Message::keep_alive.
   RpcCall call(std::string_view method, Message request, CallOptions options = {});
   // Starts a call and waits for its reply.
   Message call_sync(std::string_view method, Message request, CallOptions options = {}) {

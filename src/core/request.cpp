@@ -29,6 +29,14 @@ bool Request::cancel() {
   return r.owner->cancel(impl_);
 }
 
+bool Request::abandon(const Error& reason) {
+  auto& r = checked(impl_, "abandon");
+  if (r.kind != detail::RequestImpl::Kind::send && r.kind != detail::RequestImpl::Kind::recv)
+    throw Error(ErrorKind::usage,
+                {.operation = "abandon", .cause = "only sends and receives can be abandoned"});
+  return r.owner->abandon(impl_, reason);
+}
+
 bool Request::done() const {
   return checked(impl_, "done").done.load(std::memory_order_acquire);
 }

@@ -811,7 +811,7 @@ bool Messenger::abandon(const RequestPtr& ref, const Error& error) {
     const int peer = request.kind == RequestImpl::Kind::recv ? request.status.source : request.peer;
     if (peer >= 0 && peers_[static_cast<std::size_t>(peer)].transport) {
       base::log("p2p", base::LogLevel::error, error.what(), "; closing the link to rank ", peer,
-                " because the operation is partly transferred");
+                " because the operation cannot be taken back otherwise");
       peers_[static_cast<std::size_t>(peer)].transport->fail_peer(peer, error);
     }
     complete(request, error, ref);

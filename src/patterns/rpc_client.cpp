@@ -53,14 +53,19 @@ void on_reply_header(const std::shared_ptr<RpcCallState>& call,
 
 }  // namespace
 
-void RpcCallState::finish(std::optional<Error> failure) {
+void RpcCallState::finish(std::optional<Error> failure, const char* take_back_because) {
   std::vector<RpcCall::Callback> run;
   {
     std::lock_guard lock(mu);
-    if (done.load(std::memory_order_relaxed)) return;
+    if (finishing) return;
+    finishing = true;  // the outcome is decided: what the give-up below fails is ignored
     error = std::move(failure);
-    run.swap(callbacks);
     pending.clear();
+  }
+  if (error && take_back_because != nullptr) give_up_request(take_back_because);
+  {
+    std::lock_guard lock(mu);
+    run.swap(callbacks);  // also those added during the give-up
     done.store(true, std::memory_order_release);
   }
   cv.notify_all();
@@ -70,6 +75,38 @@ void RpcCallState::finish(std::optional<Error> failure) {
     for (auto& cb : run) cb(nullptr, &*error);
   } else {
     for (auto& cb : run) cb(&reply, nullptr);
+  }
+}
+
+bool RpcCallState::ending() const {
+  std::lock_guard lock(mu);
+  return finishing;
+}
+
+void RpcCallState::give_up_request(const std::string& why) {
+  std::vector<Request> sends;
+  std::shared_ptr<RpcConnection> conn;
+  {
+    std::lock_guard lock(mu);
+    sends.swap(body_sends);
+    conn = connection;
+  }
+  const auto unsent = [&] {
+    return std::any_of(sends.begin(), sends.end(), [](Request& r) { return !r.done(); });
+  };
+  if (!conn || !conn->own || !unsent()) return;
+  conn->comm.progress();  // a part the server took a moment ago completes here
+  if (!unsent()) return;
+  conn->broken.store(true);
+  const Error reason(ErrorKind::link,
+                     {.peer = conn->server,
+                      .peer_address = conn->name,
+                      .operation = "rpc connection to " + conn->name,
+                      .cause = "closed by the client: call '" + method + "' ended (" + why +
+                               ") before the server took its request"});
+  base::log("rpc", base::LogLevel::info, reason.what());
+  for (auto& r : sends) {
+    if (!r.done()) r.abandon(reason);  // the first closes the link; it fails the others
   }
 }
 
@@ -97,9 +134,9 @@ void on_reply_header(const std::shared_ptr<RpcCallState>& call,
   {
     std::lock_guard lock(call->mu);
     if (call->connection != conn || call->id != id) return;  // an attempt a retry replaced
+    if (error && call->finishing) return;  // e.g. the failure of its own give_up_request()
   }
   if (error) {
-    if (call->done.load()) return;
     if (connection_kind(error->kind()) && client) {
       client->connection_failed(call, *error);
     } else if (client) {
@@ -120,7 +157,7 @@ void on_reply_header(const std::shared_ptr<RpcCallState>& call,
     }
     return;
   }
-  if (call->done.load()) {  // the call timed out meanwhile
+  if (call->ending()) {  // the call timed out meanwhile
     drain(*conn, id, frame);
     return;
   }
@@ -130,10 +167,12 @@ void on_reply_header(const std::shared_ptr<RpcCallState>& call,
     return;
   }
   if (frame.status != ReplyStatus::ok) {
+    // Refused before the server read the request's parts (too large for it): take them back.
     if (client) {
       call->finish(client->call_error(
-          *call, kind_of(frame.status),
-          std::string(rpc::to_string(frame.status)) + ": " + std::string(frame.text)));
+                       *call, kind_of(frame.status),
+                       std::string(rpc::to_string(frame.status)) + ": " + std::string(frame.text)),
+                   frame.status == ReplyStatus::bad_request ? "request refused" : nullptr);
     }
     return;
   }
@@ -201,9 +240,11 @@ RpcClientImpl::~RpcClientImpl() {
 }
 
 std::shared_ptr<RpcConnection> RpcClientImpl::open(std::size_t index) {
-  return std::make_shared<RpcConnection>(
+  auto conn = std::make_shared<RpcConnection>(
       patterns::connect_to(addresses_[index], "rpc", options_.connect_timeout), 0,
       addresses_[index]);
+  conn->own = true;
+  return conn;
 }
 
 std::shared_ptr<RpcConnection> RpcClientImpl::connection() {
@@ -286,12 +327,14 @@ void RpcClientImpl::issue(const std::shared_ptr<RpcCallState>& call,
   const bool inline_payload = rpc::frame_size(call->method, call->request.tensors(),
                                               call->request.size()) <= rpc::request_capacity;
   try {
-    rpc::send_with_body(
+    auto sends = rpc::send_with_body(
         conn->comm, conn->server, rpc::request_tag, rpc::request_data_tag(id),
         rpc::encode(Kind::request, call->options.idempotent ? rpc::flag_idempotent : 0,
                     ReplyStatus::ok, id, deadline_ms, reply_capacity, call->method, call->request,
                     inline_payload),
         call->request, inline_payload);
+    std::lock_guard lock(call->mu);
+    call->body_sends = std::move(sends);
   } catch (const Error& e) {
     // The reply's receive fails the same way (the link is down); it decides about a retry.
     base::log("rpc", base::LogLevel::debug, "request '", call->method, "' not sent: ", e.what());
@@ -345,6 +388,7 @@ RpcCall RpcClientImpl::call(std::string_view method, Message request, CallOption
 
 void RpcClientImpl::connection_failed(const std::shared_ptr<RpcCallState>& call,
                                       const Error& error) {
+  if (call->ending()) return;  // its outcome is decided: no retry
   std::shared_ptr<RpcConnection> conn;
   {
     std::lock_guard lock(call->mu);
@@ -416,7 +460,7 @@ std::vector<std::shared_ptr<RpcCallState>> RpcClientImpl::prune_in_flight() {
 }
 
 bool RpcCallState::expire_if_due(std::chrono::steady_clock::time_point now) {
-  if (done.load(std::memory_order_acquire) || now < deadline) return false;
+  if (done.load(std::memory_order_acquire) || now < deadline || ending()) return false;
   std::shared_ptr<RpcConnection> conn;
   std::uint64_t call_id;
   {
@@ -435,10 +479,12 @@ bool RpcCallState::expire_if_due(std::chrono::steady_clock::time_point now) {
   if (auto owner = client.lock()) {
     finish(owner->call_error(*this, ErrorKind::timeout,
                              "deadline exceeded: no reply in time; the server was told to drop "
-                             "the call"));
+                             "the call"),
+           "deadline exceeded");
   } else {
     finish(Error(ErrorKind::timeout,
-                 {.operation = "rpc '" + method + "'", .cause = "deadline exceeded"}));
+                 {.operation = "rpc '" + method + "'", .cause = "deadline exceeded"}),
+           "deadline exceeded");
   }
   return true;
 }

@@ -27,6 +27,9 @@ struct RpcConnection {
   Communicator comm;
   int server = 0;
   std::string name;  // "127.0.0.1:7000", "rank 0"
+  // This client's own connection (a communicator of two), not a shared communicator: it may be
+  // closed to take back a request the server has not taken (RpcCallState::give_up_request).
+  bool own = false;
   std::atomic<bool> broken{false};
 };
 
@@ -44,17 +47,29 @@ struct RpcCallState : std::enable_shared_from_this<RpcCallState> {
   std::uint64_t id = 0;
   std::unique_ptr<std::byte[]> reply_frame;  // the first reply message lands here
   std::vector<Request> pending;              // what the reply still needs
+  std::vector<Request> body_sends;           // the request's parts as sent by the last attempt
   std::size_t parts_left = 0;
   Message reply;
   std::optional<Error> error;
+  bool finishing = false;  // finish() has begun: the outcome is decided
   std::atomic<bool> done{false};
   std::vector<RpcCall::Callback> callbacks;
 
-  // Completes the call (once) and runs the callbacks.
-  void finish(std::optional<Error> failure);
+  // Completes the call (once) and runs the callbacks. A failure with `take_back_because` first
+  // takes back the request's parts the server has not taken (give_up_request), so that its
+  // memory is free when the call is seen done.
+  void finish(std::optional<Error> failure, const char* take_back_because = nullptr);
+  // finish() has begun.
+  bool ending() const;
   // Past its deadline and not complete: tells the server to drop it and fails it with a
   // timeout. True when it did.
   bool expire_if_due(std::chrono::steady_clock::time_point now);
+  // The call ends before the server took its request: parts of it still being sent are
+  // abandoned, closing this client's own connection, so that the request's memory is free when
+  // the call completes (the server would read it later). Calls still in flight on that
+  // connection fail as on a lost connection (idempotent ones are retried). Over a shared
+  // communicator nothing is closed (rpc.hpp).
+  void give_up_request(const std::string& why);
   // The first receive the reply still waits for (invalid when there is none).
   Request next_pending();
 };

@@ -36,16 +36,22 @@ std::vector<Request> receive_body(Communicator& comm, int peer, Tag tag, const F
   return parts;
 }
 
-void send_with_body(Communicator& comm, int peer, Tag frame_tag, Tag body_tag,
-                    std::vector<std::byte> frame, const Message& message, bool payload_inline) {
+std::vector<Request> send_with_body(Communicator& comm, int peer, Tag frame_tag, Tag body_tag,
+                                    std::vector<std::byte> frame, const Message& message,
+                                    bool payload_inline) {
   send_owned(comm, peer, frame_tag, std::move(frame));
   auto held = std::make_shared<Message>(message);
   auto keep = [held](const Status&, const Error*) {};
-  if (!payload_inline && message.size() > 0)
-    comm.isend(message.bytes().data(), message.size(), peer, body_tag).on_complete(keep);
+  std::vector<Request> parts;
+  auto send = [&](const void* data, std::size_t bytes) {
+    parts.push_back(comm.isend(data, bytes, peer, body_tag));
+    parts.back().on_complete(keep);
+  };
+  if (!payload_inline && message.size() > 0) send(message.bytes().data(), message.size());
   for (const auto& t : message.tensors()) {
-    if (t.bytes() > 0) comm.isend(t.data, t.bytes(), peer, body_tag).on_complete(keep);
+    if (t.bytes() > 0) send(t.data, t.bytes());
   }
+  return parts;
 }
 
 }  // namespace anview::patterns::rpc

@@ -17,8 +17,10 @@ std::vector<Request> receive_body(Communicator& comm, int peer, Tag tag, const F
                                   Message& message);
 
 // Sends `frame` on `frame_tag`, then the body parts of `message` on `body_tag`; the frame and
-// the message stay alive until every send completes. Raises the first send's Error.
-void send_with_body(Communicator& comm, int peer, Tag frame_tag, Tag body_tag,
-                    std::vector<std::byte> frame, const Message& message, bool payload_inline);
+// the message stay alive until every send completes. Returns the body parts' sends (they read
+// the message's memory until they complete). Raises the first send's Error.
+std::vector<Request> send_with_body(Communicator& comm, int peer, Tag frame_tag, Tag body_tag,
+                                    std::vector<std::byte> frame, const Message& message,
+                                    bool payload_inline);
 
 }  // namespace anview::patterns::rpc

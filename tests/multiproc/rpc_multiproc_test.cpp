@@ -3,6 +3,7 @@
 // ANVIEW_TRANSPORTS=tcp (the mp.rpc.tcp.* tests set it).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,12 +24,18 @@ using anview::testing::read_line;
 using anview::testing::wait_exit;
 
 // A server process: prints its address on `out`, answers "echo", parks "park" calls (never
-// answers them) and writes one byte on `out` per parked call. Runs until killed.
+// answers them) and writes one byte on `out` per parked call, and answers "sleep N" after N ms
+// on its connection's thread (so it reads nothing else from that client meanwhile). Runs
+// until killed.
 pid_t start_server(int& address_fd) {
   const auto child = anview::testing::fork_child("server", [](int out) {
     anview::RpcServer server = anview::RpcServer::listen("127.0.0.1:0");
     server.add_method("echo",
                       [](const anview::CallContext&, const anview::Message& m) { return m; });
+    server.add_method("sleep", [](const anview::CallContext&, const anview::Message& m) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(std::string(m.text()))));
+      return anview::Message("slept");
+    });
     std::vector<anview::Responder> parked;
     std::mutex mu;
     server.add_async_method(
@@ -156,6 +163,54 @@ TEST(MultiprocRpc, DeadlineAcrossProcesses) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
   EXPECT_EQ(client.call_sync("echo", anview::Message("alive")).text(), "alive");
   stop(server);
+  ::close(from_server);
+}
+
+// A call whose deadline passes before the server took its request (the server's connection
+// thread is busy with an earlier call) must not leave the request's memory in use: the caller
+// may free it once the call failed. The client closes that connection instead, which fails the
+// earlier call too (as a lost connection; it is not idempotent), and the next call connects
+// again. The test makes the request's memory inaccessible after the failure: before, over TCP
+// the client's transport read it once the server got to the request and this process died of
+// SIGSEGV (over shm the server's cross-memory read failed instead).
+TEST(MultiprocRpc, ARequestTheServerHasNotTakenIsNotReadAfterItsDeadline) {
+  int from_server;
+  const pid_t server = start_server(from_server);
+  const std::string address = read_line(from_server);
+  struct Stopper {
+    pid_t pid;
+    ~Stopper() { stop(pid); }  // also when an assertion throws
+  } stopper{server};
+  anview::RpcClient client = anview::RpcClient::connect(address);
+  anview::RpcCall busy = client.call("sleep", anview::Message("1500"), {.deadline = 20s});
+  std::this_thread::sleep_for(100ms);  // the server is in the handler
+
+  constexpr std::size_t bytes = std::size_t{1} << 20;  // past the eager size: a rendezvous
+  void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  std::memset(memory, 7, bytes);
+  anview::Message request("tensor");
+  request.add_tensor({.dtype = anview::DataType::uint8,
+                      .shape = {static_cast<std::int64_t>(bytes)},
+                      .data = memory});
+  try {
+    client.call_sync("echo", request, {.deadline = 300ms});
+    ADD_FAILURE() << "no error";
+  } catch (const anview::Error& e) {
+    EXPECT_EQ(e.kind(), anview::ErrorKind::timeout) << e.what();
+  }
+  ASSERT_EQ(::mprotect(memory, bytes, PROT_NONE), 0);  // as if freed
+
+  try {
+    busy.get();
+    ADD_FAILURE() << "the earlier call on the closed connection succeeded";
+  } catch (const anview::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("before the server took its request"), std::string::npos)
+        << e.what();
+  }
+  std::this_thread::sleep_for(1500ms);  // past the handler: the server would read the request now
+  EXPECT_EQ(client.call_sync("echo", anview::Message("alive")).text(), "alive");
+  ::munmap(memory, bytes);
   ::close(from_server);
 }
 
