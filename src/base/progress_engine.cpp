@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <mutex>
 
 namespace anview::base {
 
@@ -32,6 +33,10 @@ void ProgressEngine::control(int op, int fd, std::uint32_t events, FdHandler* ha
 
 void ProgressEngine::add_fd(int fd, std::uint32_t events, FdHandler* handler) {
   control(EPOLL_CTL_ADD, fd, events, handler);
+  if (any_removed_.load(std::memory_order_acquire)) {  // a new handler where a removed one was
+    std::lock_guard lock(removed_mu_);
+    std::erase(removed_, handler);
+  }
 }
 
 void ProgressEngine::modify_fd(int fd, std::uint32_t events, FdHandler* handler) {
@@ -41,8 +46,15 @@ void ProgressEngine::modify_fd(int fd, std::uint32_t events, FdHandler* handler)
 void ProgressEngine::remove_fd(int fd, FdHandler* handler) {
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
   if (handler == nullptr) return;
-  for (int i = dispatch_next_; i < dispatch_count_; ++i)
-    if (events_[i].data.ptr == handler) events_[i].data.ptr = nullptr;
+  std::lock_guard lock(removed_mu_);
+  removed_.push_back(handler);
+  any_removed_.store(true, std::memory_order_release);
+}
+
+bool ProgressEngine::was_removed(FdHandler* handler) {
+  if (!any_removed_.load(std::memory_order_acquire)) return false;
+  std::lock_guard lock(removed_mu_);
+  return std::find(removed_.begin(), removed_.end(), handler) != removed_.end();
 }
 
 void ProgressEngine::add_poller(std::function<bool()> poller, std::function<bool()> has_work) {
@@ -93,14 +105,18 @@ int ProgressEngine::wait_events(int timeout_ms) {
 }
 
 void ProgressEngine::dispatch_events(int count) {
-  dispatch_count_ = count;
-  for (dispatch_next_ = 0; dispatch_next_ < count;) {
-    const epoll_event& event = events_[dispatch_next_++];
-    FdHandler* handler = static_cast<FdHandler*>(event.data.ptr);
-    if (handler == nullptr) continue;  // removed by a handler before it of this round
-    handler->on_fd_events(event.events);
+  for (int i = 0; i < count; ++i) {
+    auto* handler = static_cast<FdHandler*>(events_[i].data.ptr);
+    // Removed by name since wait_events() collected the round: by a handler before it in the
+    // round, or by another thread between wait_events() and this dispatch.
+    if (was_removed(handler)) continue;
+    handler->on_fd_events(events_[i].events);
   }
-  dispatch_next_ = dispatch_count_ = 0;
+  if (any_removed_.load(std::memory_order_acquire)) {
+    std::lock_guard lock(removed_mu_);
+    removed_.clear();
+    any_removed_.store(false, std::memory_order_release);
+  }
 }
 
 bool ProgressEngine::poll(int timeout_ms) {

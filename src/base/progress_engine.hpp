@@ -2,15 +2,18 @@
 // pollers (in-process queues, later shared-memory rings) plug into it. It has no thread of its
 // own: whoever drives progress calls poll().
 //
-// Threading: add/modify/remove and wakeup may be called from any thread. poll() must be called
-// by one thread at a time (the "driver"); the owner of the engine serialises that. Handlers run
-// on the driver's thread, inside poll().
+// Threading: add/modify/remove and wakeup may be called from any thread. poll() (or
+// wait_events() then dispatch_events()) must be called by one thread at a time (the
+// "driver"); the owner of the engine serialises that. Handlers run on the driver's thread,
+// inside poll(), and must not call poll() on their own engine.
 #pragma once
 
 #include <sys/epoll.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <vector>
 
 #include "base/socket.hpp"
@@ -32,8 +35,10 @@ class ProgressEngine {
 
   // Events of one poll() round are collected before handlers run, so a handler whose fd is
   // removed during a round may still be called once in that round: owners keep a removed
-  // handler alive (ignoring events) until the next poll() starts, or name it to remove_fd(),
-  // which drops its events still to come in the round (then it may be destroyed at once).
+  // handler alive (ignoring events) until the next poll() starts, or name it to remove_fd().
+  // Then its events collected and not yet dispatched are dropped, whether it was removed by
+  // a handler of the round or by another thread after wait_events(), and it may be destroyed
+  // at once.
   void add_fd(int fd, std::uint32_t events, FdHandler* handler);
   void modify_fd(int fd, std::uint32_t events, FdHandler* handler);
   void remove_fd(int fd, FdHandler* handler = nullptr);
@@ -75,10 +80,9 @@ class ProgressEngine {
 
   Fd epoll_;
   Fd wakeup_fd_;
-  // Drains wakeup_fd_. A handler like any other, so that no marker value in epoll's user data
-  // can be mistaken for the null that remove_fd() leaves for a removed handler (once, the
-  // wakeup fd's marker was null: it was skipped as removed, never drained, and every waiter
-  // spun instead of sleeping).
+  // Drains wakeup_fd_: a handler like any other, so dispatch needs no marker value in epoll's
+  // user data (once, a null marker was taken for a removed handler: the wakeup fd was never
+  // drained, and every waiter spun instead of sleeping).
   struct WakeupDrain final : FdHandler {
     int fd = -1;
     void on_fd_events(std::uint32_t events) override;
@@ -93,7 +97,14 @@ class ProgressEngine {
   std::vector<std::function<void()>> after_wake_;
   static constexpr int max_events = 64;
   epoll_event events_[max_events];
-  int dispatch_next_ = 0, dispatch_count_ = 0;  // the events of the round still to dispatch
+  // Handlers removed by name since the last dispatch: their events collected before the
+  // removal are skipped (a removed handler may be destroyed at once). Under removed_mu_,
+  // since removal may come from another thread; any_removed_ keeps rounds without removals
+  // off the mutex.
+  bool was_removed(FdHandler* handler);
+  std::mutex removed_mu_;
+  std::vector<FdHandler*> removed_;
+  std::atomic<bool> any_removed_{false};
 };
 
 }  // namespace anview::base

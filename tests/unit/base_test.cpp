@@ -248,6 +248,25 @@ TEST(ProgressEngine, AWakeupIsDrainedByTheRoundThatSeesIt) {
   EXPECT_FALSE(engine.poll(10));
 }
 
+// An owner that sleeps in wait_events() without its lock and dispatches under it: a handler
+// removed by name in between (another thread closed a link under the lock) is not called.
+TEST(ProgressEngine, AHandlerRemovedAfterWaitEventsIsNotDispatched) {
+  ProgressEngine engine;
+  CountingHandler handler;
+  Fd efd(::eventfd(1, EFD_NONBLOCK));
+  handler.fd = efd.get();
+  engine.add_fd(efd.get(), EPOLLIN, &handler);
+  const int n = engine.wait_events(0);
+  ASSERT_EQ(n, 1);
+  std::thread([&] { engine.remove_fd(efd.get(), &handler); }).join();
+  engine.dispatch_events(n);
+  EXPECT_EQ(handler.calls, 0);
+  // Added again (a new handler at the same address): dispatched as usual.
+  engine.add_fd(efd.get(), EPOLLIN, &handler);
+  EXPECT_TRUE(engine.poll(0));
+  EXPECT_EQ(handler.calls, 1);
+}
+
 // A handler removed, by name, by another handler of the same round is not called in it (so
 // its owner may destroy it at once).
 TEST(ProgressEngine, AHandlerRemovedByAnotherInTheSameRoundIsNotCalled) {
