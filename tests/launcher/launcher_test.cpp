@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,11 +42,22 @@ class Launcher {
     double seconds = 0;  // from start to exit
   };
 
+  enum class Stdout { pipe, terminal };  // a pseudo-terminal the test reads from its master
+
   explicit Launcher(const std::vector<std::string>& args,
-                    const std::map<std::string, std::string>& env = {}) {
+                    const std::map<std::string, std::string>& env = {},
+                    Stdout kind = Stdout::pipe) {
     int out[2];
     int err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) std::abort();
+    if (kind == Stdout::terminal) {
+      ::close(out[0]);
+      ::close(out[1]);
+      out[0] = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+      if (out[0] < 0 || ::grantpt(out[0]) != 0 || ::unlockpt(out[0]) != 0) std::abort();
+      out[1] = ::open(::ptsname(out[0]), O_RDWR | O_NOCTTY | O_CLOEXEC);
+      if (out[1] < 0) std::abort();
+    }
     start_ = Clock::now();
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -309,6 +321,21 @@ TEST(Launcher, AStalledReaderOfTagOutputDoesNotStopCtrlC) {
   const auto r = launcher.finish();
   EXPECT_EQ(r.exit_code, 130) << r.err;
   expect_whole_yes_lines(r.out);
+}
+
+// The same on a terminal that is not read (a stalled ssh session): a terminal says writable
+// with little room, so a launcher that wrote a few KiB on its blocking descriptor after
+// poll() still sat in write().
+TEST(Launcher, AStalledTerminalDoesNotStopTheTimeout) {
+  Launcher launcher({"-n", "2", "--tag-output", "--timeout", "2", "/bin/sh", "-c",
+                     "yes | head -c 20000000; sleep 30"},
+                    {}, Launcher::Stdout::terminal);
+  launcher.read_stdout(false);
+  ASSERT_TRUE(launcher.wait_for_stderr("job ran past --timeout 2 s; ranks 0-1 still running"));
+  // Stopped: the output waits for its reader no longer than the ranks were given (2 s).
+  ASSERT_TRUE(launcher.wait_for_stderr("bytes of output waited for their reader; dropping them"));
+  const auto r = launcher.finish();
+  EXPECT_EQ(r.exit_code, 124) << r.err;
 }
 
 // Once the ranks are done, the launcher waits for its reader to take the output (here 1.8 MB

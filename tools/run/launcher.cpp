@@ -292,24 +292,37 @@ void Job::say(const std::string& message) {
 }
 
 void Job::flush_output() {
+  // A job that was stopped (a failure, --timeout, a signal) waits for its reader no longer than
+  // it gave its ranks to end after SIGTERM; one that ended by itself waits as cat would.
+  const Clock::time_point deadline =
+      phase_ == Phase::running ? Clock::time_point::max() : Clock::now() + options_.kill_after;
+  const auto give_up = [&](const std::string& why) {
+    const std::size_t dropped = output_.out().queued() + output_.err().queued();
+    output_.drop();
+    say(why + " while " + std::to_string(dropped) +
+        " bytes of output waited for their reader; dropping them");
+  };
   std::vector<pollfd> fds;
   while (output_.queued()) {
+    if (Clock::now() >= deadline) {
+      give_up("the job was stopped " + seconds_text(options_.kill_after) + " ago");
+      return;
+    }
     fds.clear();
     fds.push_back({.fd = signal_fd_.get(), .events = POLLIN, .revents = 0});
     output_.append_poll_fds(fds);
-    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
+    const int timeout_ms = deadline == Clock::time_point::max() ? -1 : base::ms_left(deadline);
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return;
     for (std::size_t i = 1; i < fds.size(); ++i) output_.on_poll_result(fds[i]);
     if (fds[0].revents == 0) continue;
     signalfd_siginfo info;
     while (::read(signal_fd_.get(), &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
       const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) reap();  // leftover children that ended meanwhile
       if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
         // The reader does not read, and the user gave up waiting for it.
-        const std::size_t dropped = output_.out().queued() + output_.err().queued();
-        output_.drop();
         if (!exit_code_) exit_code_ = exit_signal_base + sig;
-        say("received " + signal_name(sig) + " while " + std::to_string(dropped) +
-            " bytes of output waited for their reader; dropping them");
+        give_up("received " + signal_name(sig));
         return;
       }
     }

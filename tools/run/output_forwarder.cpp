@@ -49,7 +49,7 @@ void OutputForwarder::append_poll_fds(std::vector<pollfd>& fds) {
 void OutputForwarder::on_readable(int fd) {
   for (Stream& s : streams_) {
     if (s.read_end.valid() && s.read_end.get() == fd) {
-      read_chunk(s);
+      if (!s.target->full()) read_chunk(s);  // full: another stream of the round filled it
       return;
     }
   }
@@ -57,8 +57,10 @@ void OutputForwarder::on_readable(int fd) {
 
 void OutputForwarder::drain_rank(int rank) {
   for (Stream& s : streams_) {
+    // Even past the sink's high water, so that the rank's last lines come before the verdict:
+    // what its pipe holds, and at most 1 MiB of what leftover children go on writing.
     if (s.rank == rank) {
-      while (!s.target->full() && read_chunk(s)) {
+      for (int chunks = 0; chunks < 16 && read_chunk(s); ++chunks) {
       }
     }
   }
@@ -68,7 +70,9 @@ void OutputForwarder::finish() {
   // A bounded read per stream: what is still in the pipe, not what an escaped process that
   // holds it open goes on writing.
   for (Stream& s : streams_) {
-    for (int chunks = 0; chunks < 16 && read_chunk(s); ++chunks) {
+    for (int chunks = 0;
+         chunks < 16 && s.target->queued() < 16 * OutputSink::high_water && read_chunk(s);
+         ++chunks) {
     }
     flush_partial(s);
     s.read_end.reset();

@@ -43,14 +43,14 @@ class OutputForwarder {
   // the complete lines. Unknown fds are ignored.
   void on_readable(int fd);
 
-  // Reads what `rank` has written so far without blocking (until its target is full): called
-  // when the rank has been reaped, so that its last lines come out before the launcher's
-  // verdict on it.
+  // Reads what `rank` has written so far without blocking (up to 1 MiB per stream, even when
+  // its target is full): called when the rank has been reaped, so that its last lines come
+  // out before the launcher's verdict on it.
   void drain_rank(int rank);
 
-  // Drains every stream without blocking (up to 1 MiB each), queues unterminated last lines
-  // with a newline added and closes all pipes. Output that a rank's leftover children write
-  // later is dropped.
+  // Drains every stream without blocking (up to 1 MiB each, while its target holds less than
+  // 64 MiB), queues unterminated last lines with a newline added and closes all pipes. Output
+  // that a rank's leftover children write later is dropped.
   void finish();
 
  private:

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,13 +11,6 @@
 
 namespace anview::run {
 namespace {
-
-// Writes to a regular file or a block device do not wait for a reader: they go whole.
-bool waits_for_a_reader(int fd) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return false;
-  return !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode);
-}
 
 // True when `a` and `b` are open on the same file (2>&1).
 bool same_file(int a, int b) {
@@ -38,8 +32,25 @@ bool writable_now(int fd) {
 
 }  // namespace
 
-OutputSink::OutputSink(int fd) : fd_(fd), chunked_(waits_for_a_reader(fd)) {
-  if (::fcntl(fd, F_GETFD) < 0) gone_ = true;
+OutputSink::OutputSink(int fd) : fd_(fd) {
+  struct stat st {};
+  if (::fcntl(fd, F_GETFD) < 0 || ::fstat(fd, &st) != 0) {
+    gone_ = true;
+  } else if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) {
+    mode_ = Mode::whole;  // never waits for a reader
+  } else if (S_ISSOCK(st.st_mode)) {
+    mode_ = Mode::socket;
+  } else {
+    // A pipe, FIFO or terminal: a description of our own, opened non-blocking, so that no
+    // write waits and the one the launcher shares with the shell is left as it is.
+    nonblocking_.reset(::open(("/proc/self/fd/" + std::to_string(fd)).c_str(),
+                              O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    mode_ = nonblocking_.valid() ? Mode::nonblocking : Mode::chunked;
+  }
+}
+
+int OutputSink::poll_fd() const {
+  return mode_ == Mode::nonblocking ? nonblocking_.get() : fd_;
 }
 
 void OutputSink::write(std::string_view data) {
@@ -48,22 +59,35 @@ void OutputSink::write(std::string_view data) {
   on_writable();
 }
 
+ssize_t OutputSink::write_some(const char* data, std::size_t bytes) {
+  switch (mode_) {
+    case Mode::whole:
+      return ::write(fd_, data, bytes);
+    case Mode::nonblocking:
+      return ::write(nonblocking_.get(), data, bytes);
+    case Mode::socket:
+      return ::send(fd_, data, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+    case Mode::chunked:
+      // Where no description of our own could be opened: a blocking pipe that polls writable
+      // takes PIPE_BUF bytes without waiting.
+      if (!writable_now(fd_)) {
+        errno = EAGAIN;
+        return -1;
+      }
+      return ::write(fd_, data, std::min<std::size_t>(bytes, PIPE_BUF));
+  }
+  return -1;
+}
+
 void OutputSink::on_writable() {
   // A bounded amount per call, so that a fast target does not keep the loop from the rest.
   std::size_t budget = 4u << 20;
   while (!gone_ && head_ < queue_.size() && budget > 0) {
-    // A blocking pipe that polls writable takes PIPE_BUF bytes without blocking; a target that
-    // is non-blocking says EAGAIN instead.
-    std::size_t n = queue_.size() - head_;
-    if (chunked_) {
-      if (!writable_now(fd_)) break;
-      n = std::min<std::size_t>(n, PIPE_BUF);
-    }
-    const ssize_t written = ::write(fd_, queue_.data() + head_, n);
+    const ssize_t written = write_some(queue_.data() + head_, queue_.size() - head_);
     if (written > 0) {
       head_ += static_cast<std::size_t>(written);
       budget -= std::min(budget, static_cast<std::size_t>(written));
-    } else if (written < 0 && errno == EAGAIN) {
+    } else if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       break;
     } else if (written < 0 && errno != EINTR) {
       gone_ = true;  // EPIPE, EBADF, EIO: the output has nowhere to go; the ranks go on
@@ -78,7 +102,7 @@ void OutputSink::on_writable() {
 }
 
 void OutputSink::append_poll_fd(std::vector<pollfd>& fds) const {
-  if (queued() > 0) fds.push_back({.fd = fd_, .events = POLLOUT, .revents = 0});
+  if (queued() > 0) fds.push_back({.fd = poll_fd(), .events = POLLOUT, .revents = 0});
 }
 
 LauncherOutput::LauncherOutput()
@@ -91,8 +115,8 @@ void LauncherOutput::append_poll_fds(std::vector<pollfd>& fds) const {
 
 void LauncherOutput::on_poll_result(const pollfd& fd) {
   if (fd.revents == 0) return;
-  if (fd.fd == out_.fd()) out_.on_writable();
-  if (fd.fd == err_.fd()) err_.on_writable();
+  if (fd.fd == out_.poll_fd()) out_.on_writable();
+  if (fd.fd == err_.poll_fd()) err_.on_writable();
 }
 
 }  // namespace anview::run

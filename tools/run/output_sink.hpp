@@ -1,17 +1,22 @@
 // Everything anview-run writes to its own stdout and stderr (its messages, and the ranks' lines
 // under --tag-output) goes through an OutputSink: queued, and written from the launcher's poll
-// loop only as much as the target takes without blocking. A reader that stops reading (a
+// loop only as much as the target takes without blocking (through a non-blocking description
+// of its own for a pipe or terminal, so that a terminal with little room or other writers to
+// the same pipe cannot make a write wait either). A reader that stops reading (a
 // paused pager, a stalled ssh session, a full pipe) then delays the output only: the launcher
 // still forwards signals, sees ranks end and keeps --timeout. Before, a blocking write froze
 // the whole launcher, so Ctrl-C and --timeout did nothing until the reader went on.
 #pragma once
 
 #include <poll.h>
+#include <sys/types.h>
 
 #include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "base/socket.hpp"
 
 namespace anview::run {
 
@@ -35,13 +40,23 @@ class OutputSink {
   bool full() const { return queued() >= high_water; }
   // A POLLOUT pollfd when bytes are queued.
   void append_poll_fd(std::vector<pollfd>& fds) const;
-  int fd() const { return fd_; }
+  // What to poll for POLLOUT.
+  int poll_fd() const;
   // Drops what is queued (the launcher is told to stop while its reader does not read).
   void drop() { queue_.clear(), head_ = 0; }
 
  private:
+  enum class Mode {
+    whole,        // a regular file or block device: plain writes
+    nonblocking,  // a pipe, FIFO or terminal: through nonblocking_
+    socket,       // send() with MSG_DONTWAIT
+    chunked,      // no description of our own: PIPE_BUF bytes after POLLOUT
+  };
+  ssize_t write_some(const char* data, std::size_t bytes);
+
   int fd_;
-  bool chunked_;  // a pipe, socket or terminal: written PIPE_BUF bytes at a time after POLLOUT
+  Mode mode_ = Mode::whole;
+  base::Fd nonblocking_;  // the target opened again (/proc/self/fd/N) with O_NONBLOCK
   bool gone_ = false;
   std::string queue_;
   std::size_t head_ = 0;  // bytes of queue_ already written
