@@ -46,8 +46,9 @@ class Request {
   // returns: a receive that has not matched is cancelled; anything else fails with `reason`
   // and closes the link to its peer (the peer could still read or write the buffer), failing
   // that link's other traffic with the same cause. True when it gave up on the request; false
-  // when the request had completed already (its outcome stands). A usage Error for other
-  // requests (nonblocking collectives, one-sided operations).
+  // when the request had completed already (its outcome stands). A link to this rank itself
+  // closes for good too (later sends to self fail). A usage Error for other requests
+  // (nonblocking collectives, one-sided operations).
   bool abandon(const Error& reason);
   bool done() const;
   // The status of a completed request; the error of a failed one (null otherwise).

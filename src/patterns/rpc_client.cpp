@@ -56,13 +56,24 @@ void on_reply_header(const std::shared_ptr<RpcCallState>& call,
 void RpcCallState::finish(std::optional<Error> failure, const char* take_back_because) {
   std::vector<RpcCall::Callback> run;
   {
-    std::lock_guard lock(mu);
+    std::unique_lock lock(mu);
     if (finishing) return;
     finishing = true;  // the outcome is decided: what the give-up below fails is ignored
     error = std::move(failure);
     pending.clear();
+    // An attempt being issued on another thread (a retry) stores its sends first, so that the
+    // give-up sees them. (issue() registers the reply's callback only after that: this thread
+    // is never the one issuing.)
+    cv.wait(lock, [&] { return !issuing; });
   }
-  if (error && take_back_because != nullptr) give_up_request(take_back_because);
+  if (error && take_back_because != nullptr) {
+    try {
+      give_up_request(take_back_because);
+    } catch (const std::exception& e) {  // raised by another call's callback run meanwhile
+      base::log("rpc", base::LogLevel::error, "rpc '", method,
+                "': a callback raised while the call's request was taken back: ", e.what());
+    }
+  }
   {
     std::lock_guard lock(mu);
     run.swap(callbacks);  // also those added during the give-up
@@ -97,6 +108,7 @@ void RpcCallState::give_up_request(const std::string& why) {
   if (!conn || !conn->own || !unsent()) return;
   conn->comm.progress();  // a part the server took a moment ago completes here
   if (!unsent()) return;
+  conn->given_up.store(true);
   conn->broken.store(true);
   const Error reason(ErrorKind::link,
                      {.peer = conn->server,
@@ -251,7 +263,9 @@ std::shared_ptr<RpcConnection> RpcClientImpl::connection() {
   std::lock_guard lock(mu_);
   if (current_ && (!current_->broken.load() || addresses_.empty())) return current_;
   // The first connection starts at the first address; after a failure, at the next one.
-  if (current_) address_index_ = (address_index_ + 1) % addresses_.size();
+  // A connection this client closed itself (give_up_request) says nothing against its server.
+  if (current_ && !current_->given_up.load())
+    address_index_ = (address_index_ + 1) % addresses_.size();
   std::optional<Error> last;
   for (std::size_t tried = 0; tried < addresses_.size(); ++tried) {
     const std::size_t i = (address_index_ + tried) % addresses_.size();
@@ -306,6 +320,8 @@ void RpcClientImpl::issue(const std::shared_ptr<RpcCallState>& call,
   Request header;
   {
     std::lock_guard lock(call->mu);
+    if (call->finishing) return;  // a retry that came after the call ended: nothing is sent
+    call->issuing = true;
     call->connection = conn;
     call->id = id;
     ++call->attempts;
@@ -317,28 +333,34 @@ void RpcClientImpl::issue(const std::shared_ptr<RpcCallState>& call,
         conn->comm.irecv(call->reply_frame.get(), reply_capacity, conn->server, rpc::reply_tag(id));
     call->pending.assign(1, header);
   }
-  header.on_complete([call, conn, id](const Status& status, const Error* error) {
-    on_reply_header(call, conn, id, status, error);
-  });
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       call->deadline - std::chrono::steady_clock::now());
   const auto deadline_ms = static_cast<std::uint32_t>(
       std::clamp<std::int64_t>(left.count(), 1, std::numeric_limits<std::uint32_t>::max()));
   const bool inline_payload = rpc::frame_size(call->method, call->request.tensors(),
                                               call->request.size()) <= rpc::request_capacity;
+  std::vector<Request> sends;
   try {
-    auto sends = rpc::send_with_body(
+    sends = rpc::send_with_body(
         conn->comm, conn->server, rpc::request_tag, rpc::request_data_tag(id),
         rpc::encode(Kind::request, call->options.idempotent ? rpc::flag_idempotent : 0,
                     ReplyStatus::ok, id, deadline_ms, reply_capacity, call->method, call->request,
                     inline_payload),
         call->request, inline_payload);
-    std::lock_guard lock(call->mu);
-    call->body_sends = std::move(sends);
   } catch (const Error& e) {
     // The reply's receive fails the same way (the link is down); it decides about a retry.
     base::log("rpc", base::LogLevel::debug, "request '", call->method, "' not sent: ", e.what());
   }
+  {
+    std::lock_guard lock(call->mu);
+    call->body_sends = std::move(sends);
+    call->issuing = false;
+  }
+  call->cv.notify_all();
+  // Only now: the reply's callback may finish the call, and finish() waits for `issuing`.
+  header.on_complete([call, conn, id](const Status& status, const Error* error) {
+    on_reply_header(call, conn, id, status, error);
+  });
 }
 
 RpcCall RpcClientImpl::call(std::string_view method, Message request, CallOptions options) {
@@ -497,7 +519,8 @@ Message RpcCall::get() {
   auto& call = *state_;
   while (!call.done.load(std::memory_order_acquire)) {
     const auto now = std::chrono::steady_clock::now();
-    if (call.expire_if_due(now)) break;
+    // Expired (here or by another thread): `done` comes once the request was taken back.
+    if (call.expire_if_due(now)) continue;
     const auto slice =
         std::min<std::chrono::steady_clock::duration>(call.deadline - now, detail::wait_slice);
     Request r = call.next_pending();

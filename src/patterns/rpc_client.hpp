@@ -31,6 +31,7 @@ struct RpcConnection {
   // closed to take back a request the server has not taken (RpcCallState::give_up_request).
   bool own = false;
   std::atomic<bool> broken{false};
+  std::atomic<bool> given_up{false};  // broken by this client (give_up_request), not the server
 };
 
 struct RpcCallState : std::enable_shared_from_this<RpcCallState> {
@@ -52,6 +53,7 @@ struct RpcCallState : std::enable_shared_from_this<RpcCallState> {
   Message reply;
   std::optional<Error> error;
   bool finishing = false;  // finish() has begun: the outcome is decided
+  bool issuing = false;    // issue() is posting an attempt's sends (cv tells when it is done)
   std::atomic<bool> done{false};
   std::vector<RpcCall::Callback> callbacks;
 

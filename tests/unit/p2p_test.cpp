@@ -360,6 +360,44 @@ TEST(P2pSemantics, ASendToSelfThatTimedOutIsNeverServedFromItsBufferLater) {
   });
 }
 
+// Request::abandon: a receive that has not matched is cancelled and the link stays up; a
+// completed request keeps its outcome; a send whose rendezvous nobody answered fails with the
+// reason and closes the link, so the peer's next receive from it fails; a collective's
+// request is refused.
+TEST(P2pSemantics, AbandonCancelsOrClosesTheLinkAndKeepsCompletedOutcomes) {
+  const Error reason(ErrorKind::timeout, {.operation = "test", .cause = "given up"});
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<unsigned char> small(16, 1);
+    if (comm.rank() == 0) {
+      Request unmatched = comm.irecv(small.data(), small.size(), 1, Tag{3});
+      EXPECT_TRUE(unmatched.abandon(reason));
+      EXPECT_TRUE(unmatched.done());
+      comm.recv(small.data(), small.size(), 1, Tag{4}, 5s);  // the link is up
+      try {
+        comm.recv(small.data(), small.size(), 1, Tag{6}, 5s);
+        ADD_FAILURE() << "a receive from a rank that abandoned a send completed";
+      } catch (const Error& e) {
+        EXPECT_NE(e.kind(), ErrorKind::timeout) << e.what();  // failed with the link, at once
+      }
+      return;
+    }
+    Request sent = comm.isend(small.data(), small.size(), 0, Tag{4});
+    sent.wait(5s);
+    EXPECT_FALSE(sent.abandon(reason));  // complete: its outcome stands
+    EXPECT_EQ(sent.error(), nullptr);
+    const std::vector<unsigned char> big(1 << 20, 2);
+    Request unanswered = comm.isend(big.data(), big.size(), 0, Tag{5});
+    std::this_thread::sleep_for(50ms);
+    EXPECT_TRUE(unanswered.abandon(reason));
+    ASSERT_NE(unanswered.error(), nullptr);
+    EXPECT_EQ(unanswered.error()->kind(), ErrorKind::timeout);
+    float value = 1;
+    Request collective = comm.iallreduce(&value, 1, DataType::float32, ReduceOp::sum);
+    EXPECT_THROW(collective.abandon(reason), Error);
+    EXPECT_THROW(collective.wait(5s), Error);  // rank 0 is gone for this rank
+  });
+}
+
 TEST(P2pSemantics, BadArgumentsAreUsageErrors) {
   run_ranks(2, [](Communicator& comm) {
     char c = 0;

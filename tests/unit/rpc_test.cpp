@@ -459,6 +459,39 @@ TEST(Rpc, IdempotentCallsMoveToTheNextServer) {
   parked.clear();
 }
 
+// A call that times out before its server took its request closes the connection to take the
+// request back (rpc.hpp); that says nothing against the server, so the next call connects to
+// the same one, not to the next address. The earlier call still in flight fails with the
+// connection, naming why.
+TEST(Rpc, AConnectionClosedToTakeARequestBackReconnectsToTheSameServer) {
+  RpcServer first = RpcServer::listen("127.0.0.1:0");
+  RpcServer second = RpcServer::listen("127.0.0.1:0");
+  for (RpcServer* server : {&first, &second}) {
+    server->add_method("echo", [](const CallContext&, const Message& m) { return m; });
+    server->add_method("sleep", [](const CallContext&, const Message&) {
+      std::this_thread::sleep_for(1s);  // on the connection's thread: it reads nothing meanwhile
+      return Message("slept");
+    });
+  }
+  RpcClient client = RpcClient::connect({first.address(), second.address()});
+  RpcCall busy = client.call("sleep", Message(""), {.deadline = 20s});
+  std::this_thread::sleep_for(100ms);
+  std::vector<float> tensor(1 << 18, 1.0f);  // 1 MiB: past the eager size
+  Message request("t");
+  request.add_tensor({.dtype = DataType::float32,
+                      .shape = {static_cast<std::int64_t>(tensor.size())},
+                      .data = tensor.data()});
+  EXPECT_THROW(client.call_sync("echo", request, {.deadline = 200ms}), Error);
+  try {
+    busy.get();
+    ADD_FAILURE() << "the call on the closed connection succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("closed by the client"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(client.call_sync("echo", Message("again")).text(), "again");
+  EXPECT_EQ(client.server(), first.address());
+}
+
 TEST(Rpc, ConnectingToNothingOrTheWrongServiceIsAClearError) {
   EXPECT_THROW(RpcClient::connect("127.0.0.1:1", {.connect_timeout = 300ms}), Error);
   Store other = Store::serve_tcp("127.0.0.1:0");
