@@ -99,7 +99,8 @@ class ParamClient {
   // Membership: the new ring goes to every server, which moves keys to their new owners.
   void add_server(const std::string& address);
   void remove_server(const std::string& address);
-  const HashRing& ring() const;
+  // The ring this client uses now (a copy: pushes on other threads may move it on).
+  HashRing ring() const;
 
  private:
   explicit ParamClient(std::shared_ptr<detail::ParamClientImpl> impl);

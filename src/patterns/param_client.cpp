@@ -22,7 +22,11 @@ class ParamClientImpl {
   // Calls `method` on the owner of `key`, following moved replies; returns the ok reply.
   Message call_owner(std::string_view key, const char* method, const Message& request);
   void change(const HashRing& next);
-  const HashRing& ring() const { return ring_; }
+  // A copy under the lock: follow() replaces ring_ while other threads push.
+  HashRing ring() const {
+    std::lock_guard lock(mu_);
+    return ring_;
+  }
 
  private:
   RpcClient& client(const std::string& address);
@@ -196,7 +200,7 @@ void ParamClient::remove_server(const std::string& address) {
   impl_->change(next);
 }
 
-const HashRing& ParamClient::ring() const {
+HashRing ParamClient::ring() const {
   return impl_->ring();
 }
 

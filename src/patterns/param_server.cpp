@@ -292,6 +292,15 @@ void ParamServerImpl::push(const Message& request, Responder reply) {
   const std::string name(ls[0]);
   std::lock_guard lock(mu_);
   if (auto m = moved(name)) return reply.reply(*m);
+  // Each asynchronous push is divided on its own: integers would be rounded down every time
+  // (four pushes of 1 over 4 workers left 0).
+  if (!options_.synchronous && options_.aggregation == Aggregation::average &&
+      options_.workers > 1 && (t.dtype == DataType::int32 || t.dtype == DataType::int64))
+    throw std::runtime_error("an average of the integer key '" + name +
+                             "' in asynchronous mode would round every push down (each is "
+                             "divided by " +
+                             std::to_string(options_.workers) +
+                             "): use sum, a floating-point type, or synchronous mode");
   Key& key = key_for(name, t.dtype, t.bytes());
   const auto* data = static_cast<const std::byte*>(t.data);
   if (!options_.synchronous) {

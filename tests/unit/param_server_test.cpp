@@ -128,6 +128,31 @@ TEST(ParamServer, AsynchronousAverageAndRemovingAServer) {
   }
 }
 
+// An asynchronous average divides each push on its own: on an integer key every push was
+// rounded down (four pushes of 1 over 4 workers left 0). Such a push is refused, naming the key
+// and what to use; floats average as before.
+TEST(ParamServer, AnAsynchronousAverageOfIntegersIsRefusedNotRoundedDown) {
+  ParamServer a =
+      ParamServer::listen("127.0.0.1:0", {.workers = 4, .aggregation = Aggregation::average});
+  ParamClient client = ParamClient::connect({a.address()});
+  const std::int32_t ones[2] = {1, 1};
+  try {
+    client.push("n", ones, 2, DataType::int32);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::remote);
+    EXPECT_NE(std::string(e.what()).find("an average of the integer key 'n' in asynchronous mode"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(a.keys(), 0u);  // nothing was created for it
+  const float f[2] = {1, 1};
+  for (int i = 0; i < 4; ++i) client.push("f", f, 2, DataType::float32);
+  float got[2];
+  client.pull("f", got, 2, DataType::float32);
+  EXPECT_EQ(got[0], 1.0f);
+}
+
 TEST(ParamServer, MismatchedPushIsAnErrorNamingTheKey) {
   ParamServer a = ParamServer::listen("127.0.0.1:0");
   ParamClient client = ParamClient::connect({a.address()});
