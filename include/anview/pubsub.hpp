@@ -10,7 +10,10 @@
 // queue at the publisher (queue_limit messages). When that queue is full, the subscription's
 // policy decides:
 //   Backpressure::block        publish() waits for the subscriber (up to the publisher's
-//                              block_timeout, then an Error naming it) — nothing is lost;
+//                              block_timeout, then an Error naming it) — nothing is lost:
+//                              that subscriber does not get the message the Error is for
+//                              (its sequence numbers go on without a gap), every other
+//                              subscriber of the topic does;
 //   Backpressure::drop_oldest  the oldest queued message is dropped and counted.
 // Every message a subscriber is owed is either delivered or counted as dropped: deliveries carry
 // the subscription's sequence number and how many were dropped just before it, and the end of
@@ -65,6 +68,9 @@ class Publisher {
     std::uint64_t published = 0;  // publish() calls
     std::uint64_t sent = 0;       // messages handed to subscribers (all of them)
     std::uint64_t dropped = 0;    // messages dropped by drop_oldest (all subscribers)
+    // Messages a blocking subscriber did not get because publish() timed out on it (that
+    // publish raised, naming it; the others of the topic got the message).
+    std::uint64_t timed_out = 0;
   };
   Stats stats() const;
 
@@ -94,7 +100,8 @@ class Subscriber {
  public:
   static Subscriber connect(const std::string& address, SubscribeOptions options = {});
 
-  // The next message, waiting up to `timeout` (default ANVIEW_TIMEOUT); nullopt when the
+  // The next message, waiting up to `timeout` (none: ANVIEW_TIMEOUT; zero: only what is here
+  // already); nullopt when the
   // publisher closed the stream and everything was delivered. Raises Error(timeout) when
   // nothing came in time, and the connection's Error when the publisher is gone.
   std::optional<Delivery> next(std::optional<std::chrono::milliseconds> timeout = {});

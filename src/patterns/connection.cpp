@@ -52,7 +52,10 @@ void cancel_or_finish(Request& request) {
   if (request.cancel()) return;
   try {
     request.wait(std::chrono::seconds(1));
-  } catch (const Error&) {  // failed or still running: the connection is closing either way
+  } catch (const Error& e) {
+    // Failed (then it is complete), or still running after a second: then it is abandoned,
+    // which closes the link, so that nothing writes into its buffer once this returns.
+    if (!request.done()) request.abandon(e);
   }
 }
 

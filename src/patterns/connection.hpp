@@ -83,7 +83,7 @@ void send_owned(Communicator& comm, int peer, Tag tag, std::vector<std::byte> by
                 std::function<void()> done = {});
 
 // Cancels a receive a thread stops waiting for; one that has matched already is let finish
-// (up to a second), so its buffer may be released afterwards.
+// (up to a second, then abandoned: its link closes), so its buffer may be released afterwards.
 void cancel_or_finish(Request& request);
 
 }  // namespace anview::patterns

@@ -155,6 +155,7 @@ class PublisherImpl {
   std::vector<std::shared_ptr<SubscriberLink>> links_;
   std::atomic<std::uint64_t> published_{0};
   std::uint64_t sent_gone_ = 0, dropped_gone_ = 0;  // of links that left (links_mu_)
+  std::atomic<std::uint64_t> timed_out_{0};         // Publisher::Stats::timed_out
   std::atomic<bool> closed_{false};
   std::unique_ptr<patterns::Listener> listener_;
 };
@@ -240,28 +241,41 @@ void PublisherImpl::publish(std::string_view topic, const Message& message) {
   // One wait for every blocking subscriber together, not block_timeout_ each.
   const auto deadline = std::chrono::steady_clock::now() + block_timeout_;
   published_.fetch_add(1, std::memory_order_relaxed);
+  // A blocking subscriber that takes nothing in time misses this message (the publish raises,
+  // naming it); the others of the topic still get it, so one stalled subscriber does not cut
+  // the rest off.
+  std::string stuck;
+  std::size_t stuck_count = 0, served = 0;
   for (const auto& link : links_) {
     if (!link->wants(topic)) continue;
     std::unique_lock l(link->mu);
     if (link->gone) continue;
     if (link->subscription.policy == Backpressure::block &&
         link->queued >= link->subscription.queue_limit) {
-      while (!link->gone && link->queued >= link->subscription.queue_limit) {
-        if (link->cv.wait_until(l, deadline) == std::cv_status::timeout &&
-            link->queued >= link->subscription.queue_limit && !link->gone) {
-          throw Error(ErrorKind::timeout,
-                      {.peer = 1,
-                       .operation = "publish '" + std::string(topic) + "'",
-                       .cause = link->name() + " took nothing within the publish's " +
-                                std::to_string(block_timeout_.count()) +
-                                " ms (policy block; its queue holds " +
-                                std::to_string(link->queued) + " messages)"});
-        }
+      while (!link->gone && link->queued >= link->subscription.queue_limit &&
+             link->cv.wait_until(l, deadline) != std::cv_status::timeout) {
       }
       if (link->gone) continue;
+      if (link->queued >= link->subscription.queue_limit) {
+        stuck += (stuck_count++ > 0 ? ", " : "") + link->name() + " (its queue holds " +
+                 std::to_string(link->queued) + " messages)";
+        continue;
+      }
     }
     link->enqueue(topic, message);
     link->send_ready();
+    ++served;
+  }
+  if (stuck_count > 0) {
+    timed_out_.fetch_add(stuck_count, std::memory_order_relaxed);
+    throw Error(ErrorKind::timeout,
+                {.peer = 1,
+                 .operation = "publish '" + std::string(topic) + "'",
+                 .cause = stuck + " still had a full queue when the publish's " +
+                          std::to_string(block_timeout_.count()) +
+                          " ms ran out (policy block), so it did not get this message; the " +
+                          std::to_string(served) + " other subscriber" + (served == 1 ? "" : "s") +
+                          " of the topic did"});
   }
 }
 
@@ -347,6 +361,7 @@ void PublisherImpl::close() {
 Publisher::Stats PublisherImpl::stats() const {
   Publisher::Stats s;
   s.published = published_.load(std::memory_order_relaxed);
+  s.timed_out = timed_out_.load(std::memory_order_relaxed);
   std::shared_lock lock(links_mu_);
   s.sent = sent_gone_;
   s.dropped = dropped_gone_;
@@ -368,7 +383,9 @@ void Publisher::publish(std::string_view topic, const Message& message) {
   impl_->publish(topic, message);
 }
 void Publisher::flush(std::optional<std::chrono::milliseconds> timeout) {
-  impl_->flush(base::timeout_or_default(timeout.value_or(std::chrono::milliseconds(0))));
+  // An explicit zero (or a remainder that ran out) polls; only no value means ANVIEW_TIMEOUT.
+  impl_->flush(timeout ? std::max(*timeout, std::chrono::milliseconds(0))
+                       : base::timeout_or_default(std::chrono::milliseconds(0)));
 }
 void Publisher::close() {
   impl_->close();

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <deque>
 #include <mutex>
 
@@ -167,7 +168,9 @@ Subscriber Subscriber::connect(const std::string& address, SubscribeOptions opti
   return Subscriber(std::make_shared<detail::SubscriberImpl>(address, std::move(options)));
 }
 std::optional<Delivery> Subscriber::next(std::optional<std::chrono::milliseconds> timeout) {
-  return impl_->next(base::timeout_or_default(timeout.value_or(std::chrono::milliseconds(0))));
+  // An explicit zero (or a remainder that ran out) polls; only no value means ANVIEW_TIMEOUT.
+  return impl_->next(timeout ? std::max(*timeout, std::chrono::milliseconds(0))
+                             : base::timeout_or_default(std::chrono::milliseconds(0)));
 }
 Subscriber::Stats Subscriber::stats() const {
   return impl_->stats();

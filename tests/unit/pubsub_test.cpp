@@ -282,6 +282,63 @@ TEST(PubSub, BlockedPublisherTimesOutNamingTheSubscriber) {
   }
 }
 
+// One stalled blocking subscriber does not cut the others off: the publish that times out on it
+// still reaches the other subscribers of the topic, and its Error says so. Before, the publish
+// raised at the stalled one, and the subscribers after it never got that message.
+TEST(PubSub, APublishThatTimesOutOnOneSubscriberStillReachesTheOthers) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0", {.block_timeout = 300ms});
+  Subscriber stalled = Subscriber::connect(publisher.address(), {.window = 8, .queue_limit = 16});
+  wait_for_subscribers(publisher, 1);
+  Subscriber reader = Subscriber::connect(publisher.address());  // after it in the publisher's list
+  wait_for_subscribers(publisher, 2);
+  int last = -1;
+  try {
+    for (int i = 0; i < 100000; ++i) {
+      last = i;
+      publisher.publish("t", Message(std::to_string(i)));
+    }
+    FAIL() << "publish never blocked";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::timeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("did not get this message; the 1 other subscriber of the "
+                                         "topic did"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(publisher.stats().timed_out, 1u);
+  int expect = 0;
+  while (expect <= last) {
+    auto d = reader.next(5s);
+    ASSERT_TRUE(d) << "message " << expect << " of " << last << " did not reach the reader";
+    ASSERT_EQ(d->message.text(), std::to_string(expect));
+    ++expect;
+  }
+}
+
+// An explicit zero timeout polls: next(0ms) says at once that nothing is there, and returns a
+// message that is. Before, zero meant ANVIEW_TIMEOUT, so next(0ms) waited for it.
+TEST(PubSub, NextWithAZeroTimeoutPolls) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  Subscriber s = Subscriber::connect(publisher.address());
+  wait_for_subscribers(publisher, 1);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(s.next(0ms), Error);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  publisher.publish("t", Message("here"));
+  publisher.flush();
+  std::optional<Delivery> d;
+  for (int i = 0; i < 5000 && !d; ++i) {
+    try {
+      d = s.next(0ms);
+    } catch (const Error& e) {
+      ASSERT_EQ(e.kind(), ErrorKind::timeout) << e.what();
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->message.text(), "here");
+}
+
 TEST(PubSub, SubscribingToAnRpcServerIsAClearError) {
   RpcServer server = RpcServer::listen("127.0.0.1:0");
   try {
