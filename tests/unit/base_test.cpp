@@ -178,32 +178,34 @@ TEST(Config, SettingsRegisterAndReadTheEnvironment) {
   ::unsetenv("ANVIEW_TEST_ONLY_SETTING");
 }
 
+// An eventfd (readable from the start when `initial` > 0) and a handler that drains it and
+// counts its calls.
 class CountingHandler final : public FdHandler {
  public:
+  explicit CountingHandler(unsigned initial = 0) : efd(::eventfd(initial, EFD_NONBLOCK)) {}
   void on_fd_events(std::uint32_t) override {
     std::uint64_t v;
-    [[maybe_unused]] ssize_t n = ::read(fd, &v, sizeof v);
+    [[maybe_unused]] ssize_t n = ::read(fd(), &v, sizeof v);
     ++calls;
   }
-  int fd = -1;
+  int fd() const { return efd.get(); }
+  Fd efd;
   int calls = 0;
 };
 
 TEST(ProgressEngine, DispatchesReadyFdsAndPollers) {
   ProgressEngine engine;
   CountingHandler handler;
-  Fd efd(::eventfd(0, EFD_NONBLOCK));
-  handler.fd = efd.get();
-  engine.add_fd(efd.get(), EPOLLIN, &handler);
+  engine.add_fd(handler.fd(), EPOLLIN, &handler);
   int polls = 0;
   engine.add_poller([&] { return ++polls < 0; });
   EXPECT_FALSE(engine.poll(0));  // nothing ready
   const std::uint64_t one = 1;
-  ASSERT_EQ(::write(efd.get(), &one, sizeof one), 8);
+  ASSERT_EQ(::write(handler.fd(), &one, sizeof one), 8);
   EXPECT_TRUE(engine.poll(100));
   EXPECT_EQ(handler.calls, 1);
   EXPECT_EQ(polls, 2);
-  engine.remove_fd(efd.get());
+  engine.remove_fd(handler.fd());
 }
 
 // A spinning owner's round after a hint said yes runs the pollers with work (and those
@@ -252,17 +254,15 @@ TEST(ProgressEngine, AWakeupIsDrainedByTheRoundThatSeesIt) {
 // removed by name in between (another thread closed a link under the lock) is not called.
 TEST(ProgressEngine, AHandlerRemovedAfterWaitEventsIsNotDispatched) {
   ProgressEngine engine;
-  CountingHandler handler;
-  Fd efd(::eventfd(1, EFD_NONBLOCK));
-  handler.fd = efd.get();
-  engine.add_fd(efd.get(), EPOLLIN, &handler);
+  CountingHandler handler(1);
+  engine.add_fd(handler.fd(), EPOLLIN, &handler);
   const int n = engine.wait_events(0);
   ASSERT_EQ(n, 1);
-  std::thread([&] { engine.remove_fd(efd.get(), &handler); }).join();
+  std::thread([&] { engine.remove_fd(handler.fd(), &handler); }).join();
   engine.dispatch_events(n);
   EXPECT_EQ(handler.calls, 0);
   // Added again (a new handler at the same address): dispatched as usual.
-  engine.add_fd(efd.get(), EPOLLIN, &handler);
+  engine.add_fd(handler.fd(), EPOLLIN, &handler);
   EXPECT_TRUE(engine.poll(0));
   EXPECT_EQ(handler.calls, 1);
 }
