@@ -47,7 +47,7 @@ tsan_shard() {  # INDEX
   UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no \
   ANVIEW_LOG_LEVEL=error TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$1 \
-    build-tsan/bin/anview_unit_tests --gtest_brief=1 >"build-tsan/shard-$1.log" 2>&1
+    build-tsan/bin/anview_unit_tests >"build-tsan/shard-$1.log" 2>&1
 }
 shard_pids=()
 for ((i = 0; i < jobs; i++)); do
@@ -59,8 +59,14 @@ for ((i = 0; i < jobs; i++)); do
   if wait "${shard_pids[i]}"; then
     echo "=== test.sh: TSan shard $i: $(grep -E '^\[  PASSED  \]' "build-tsan/shard-$i.log")"
   else
-    echo "=== test.sh: TSan shard $i FAILED; its log (build-tsan/shard-$i.log):"
-    cat "build-tsan/shard-$i.log"
+    # The full log names every test that ran (a crash or an abort leaves no gtest summary):
+    # its failures, the test it died in, and its last lines.
+    log="build-tsan/shard-$i.log"
+    echo "=== test.sh: TSan shard $i FAILED; failures in $log:"
+    grep -E '^\[  FAILED  \]|Failure$' "$log" | head -40
+    echo "=== test.sh: the last test it started: $(grep -E '^\[ RUN      \]' "$log" | tail -1)"
+    echo "=== test.sh: the last 80 lines of $log:"
+    tail -n 80 "$log"
     tsan_status=1
   fi
 done

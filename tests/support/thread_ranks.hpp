@@ -24,7 +24,7 @@ inline void run_ranks(int ranks, const std::function<void(Communicator&)>& fn,
   Store server = Store::serve_tcp("127.0.0.1:0", {.timeout = timeout});
   const std::string address = server.address();
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
       try {

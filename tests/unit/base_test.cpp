@@ -258,7 +258,7 @@ TEST(ProgressEngine, AHandlerRemovedAfterWaitEventsIsNotDispatched) {
   engine.add_fd(handler.fd(), EPOLLIN, &handler);
   const int n = engine.wait_events(0);
   ASSERT_EQ(n, 1);
-  std::thread([&] { engine.remove_fd(handler.fd(), &handler); }).join();
+  std::jthread([&] { engine.remove_fd(handler.fd(), &handler); }).join();
   engine.dispatch_events(n);
   EXPECT_EQ(handler.calls, 0);
   // Added again (a new handler at the same address): dispatched as usual.

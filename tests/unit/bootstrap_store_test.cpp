@@ -47,8 +47,8 @@ using testing::expect_error;
 
 // A thread whose exception becomes a test failure instead of std::terminate.
 template <typename Fn>
-std::thread spawn(std::string& failure, Fn fn) {
-  return std::thread([&failure, fn = std::move(fn)]() mutable {
+std::jthread spawn(std::string& failure, Fn fn) {
+  return std::jthread([&failure, fn = std::move(fn)]() mutable {
     try {
       fn();
     } catch (const std::exception& e) {
@@ -149,7 +149,7 @@ TEST_P(StoreTest, ConcurrentAddsAreExact) {
   for (int t = 0; t < threads; ++t) clients.push_back(client(t + 1));
   std::vector<std::vector<std::int64_t>> seen(threads * 2);
   std::vector<std::string> failures(threads * 2);
-  std::vector<std::thread> workers;
+  std::vector<std::jthread> workers;
   for (int t = 0; t < threads * 2; ++t) {
     // Half the threads share the server's handle, half have their own.
     Store& s = t < threads ? clients[t] : store();
@@ -173,7 +173,7 @@ TEST_P(StoreTest, ConcurrentAddsAreExact) {
 
 TEST_P(StoreTest, ManyClientThreadsSetAndGet) {
   constexpr int threads = 6;
-  std::vector<std::thread> workers;
+  std::vector<std::jthread> workers;
   std::vector<std::string> failures(threads);
   std::atomic<int> ok{0};
   for (int t = 0; t < threads; ++t) {
@@ -228,7 +228,7 @@ TEST_P(StoreTest, BlockingGetIsReleasedByALaterSet) {
     std::string got;
     std::chrono::steady_clock::duration waited{};
     std::string failure;
-    std::thread getter = spawn(failure, [&] {
+    std::jthread getter = spawn(failure, [&] {
       const auto start = Clock::now();
       got = store().get_string(key, 5s);
       waited = Clock::now() - start;
@@ -245,7 +245,7 @@ TEST_P(StoreTest, BlockingGetIsReleasedByALaterSet) {
 
 TEST_P(StoreTest, WaitIsReleasedWhenTheLastKeyArrives) {
   std::string failure;
-  std::thread waiter = spawn(failure, [&] { client(3).wait({"k1", "k2", "k3"}, 5s); });
+  std::jthread waiter = spawn(failure, [&] { client(3).wait({"k1", "k2", "k3"}, 5s); });
   store().set("k2", std::string("2"));
   std::this_thread::sleep_for(30ms);
   store().add("k3", 1);
@@ -464,7 +464,7 @@ TEST_F(TcpStoreWireTest, ClientTurnsAVersionMismatchIntoAProtocolError) {
   base::Fd listener = base::listen_tcp(base::SockAddr::parse("127.0.0.1:0", {}), 4, {});
   const std::string address = base::local_address(listener.get()).to_string();
   std::string failure;
-  std::thread fake = spawn(failure, [&] {
+  std::jthread fake = spawn(failure, [&] {
     base::Fd conn = accept_caller(listener.get());
     if (!conn.valid()) return;
     std::uint8_t request[proto::request_header_bytes];
@@ -501,7 +501,7 @@ TEST_F(TcpStoreWireTest, ClientRejectsAForeignReply) {
   base::Fd listener = base::listen_tcp(base::SockAddr::parse("127.0.0.1:0", {}), 4, {});
   const std::string address = base::local_address(listener.get()).to_string();
   std::string failure;
-  std::thread fake = spawn(failure, [&] {
+  std::jthread fake = spawn(failure, [&] {
     base::Fd conn = accept_caller(listener.get());
     if (!conn.valid()) return;
     const std::string junk = "HTTP/1.1 400 Bad Request\r\n\r\n";
@@ -541,7 +541,7 @@ TEST_F(TcpStoreWireTest, ServerStopsWithAWaitingClient) {
   // A get parked in the server must not keep the server from stopping.
   Store remote = Store::connect_tcp(store_->address(), {.timeout = 5s, .rank = 1});
   std::optional<Error> failure;
-  std::thread waiter([&] {
+  std::jthread waiter([&] {
     try {
       remote.get("never", 5s);
     } catch (const Error& e) {
@@ -566,7 +566,7 @@ TEST(TcpStoreConnect, ConnectWaitsForALateServer) {
   }
   std::optional<Store> server;
   std::string failure;
-  std::thread late = spawn(failure, [&] {
+  std::jthread late = spawn(failure, [&] {
     std::this_thread::sleep_for(100ms);
     server = Store::serve_tcp(address, {.timeout = test_timeout});
   });
@@ -653,7 +653,7 @@ TEST_F(TcpStoreAuthTest, AStoreWithoutASecretRefusesAClientWithOne) {
 std::vector<std::string> join_at_once(const Store& server, int clients) {
   std::mutex mu;
   std::vector<std::string> errors;
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int i = 0; i < clients; ++i) {
     threads.emplace_back([&, i] {
       try {

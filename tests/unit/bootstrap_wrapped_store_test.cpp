@@ -13,11 +13,13 @@
 
 #include "anview/anview.hpp"
 #include "support/expect_error.hpp"
+#include "support/test_thread.hpp"
 
 namespace anview {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::test_thread;
 
 // An in-memory backend; `fail_with` makes every call throw that message instead.
 class MapBackend final : public StoreBackend {
@@ -90,7 +92,7 @@ TEST(WrappedStore, ForwardsEveryCall) {
   EXPECT_EQ(store.add("n", -2), 3);
   EXPECT_TRUE(store.check({"k", "n"}));
   EXPECT_FALSE(store.check({"k", "missing"}));
-  std::thread late([&] {
+  std::jthread late = test_thread([&] {
     std::this_thread::sleep_for(50ms);
     backend->set("late", {1, 2});
   });
@@ -130,7 +132,7 @@ TEST(WrappedStore, ArgumentsAreCheckedBeforeTheBackend) {
 TEST(WrappedStore, CommunicatorsBootstrapOverIt) {
   auto backend = std::make_shared<MapBackend>();
   constexpr int ranks = 3;
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   std::vector<std::string> failures(ranks);
   std::vector<float> sums(ranks);
   for (int r = 0; r < ranks; ++r) {

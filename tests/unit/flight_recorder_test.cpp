@@ -100,7 +100,7 @@ TEST(FlightRecorder, ADumpDuringCallsSeesWholeEntries) {
   FlightRecorder recorder(16);
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> calls{0};
-  std::thread writer([&] {
+  std::jthread writer([&] {
     for (std::uint64_t seq = 1; !stop.load(std::memory_order_relaxed); ++seq) {
       recorder.begin(seq, "allreduce", seq * 8, -1);
       Recording record(&recorder, seq);

@@ -150,7 +150,7 @@ TEST(NonblockingCollectives, AWaiterOfAQueuedCollectiveOutlivesTheWorkerClosedBy
   ScopedEnv spin("ANVIEW_SPIN_US", "3000000");
   for (int round = 0; round < 5; ++round) {  // the window is short: ASan caught 1 round in 3
     std::atomic<bool> called{false};
-    std::thread waiter;
+    std::jthread waiter;
     std::atomic<int> waiter_error{-1};
     run_ranks(2, [&](Communicator& comm) {
       auto data = std::make_shared<std::vector<std::int64_t>>(1000, comm.rank() + 1);
@@ -163,7 +163,7 @@ TEST(NonblockingCollectives, AWaiterOfAQueuedCollectiveOutlivesTheWorkerClosedBy
       // closing fails it.
       Request second = comm.iallreduce(more->data(), 1000, DataType::int64, ReduceOp::sum);
       Request third = comm.iallreduce(more->data() + 1000, 1000, DataType::int64, ReduceOp::sum);
-      waiter = std::thread(
+      waiter = std::jthread(
           [&waiter_error, more, second = std::move(second), third = std::move(third)]() mutable {
             try {
               third.wait(std::chrono::seconds(10));
@@ -186,7 +186,7 @@ TEST(NonblockingCollectives, AWaiterOfAQueuedCollectiveOutlivesTheWorkerClosedBy
 TEST(NonblockingCollectives, ACloseOnTheCollectiveThreadWaitsForTheCollectiveAWaiterRuns) {
   ScopedEnv spin("ANVIEW_SPIN_US", "3000000");
   std::atomic<bool> called{false};
-  std::thread waiter;
+  std::jthread waiter;
   std::vector<std::int64_t> second(1000, 0);
   std::atomic<int> waiter_error{-1};
   run_ranks(2, [&](Communicator& comm) {
@@ -200,7 +200,7 @@ TEST(NonblockingCollectives, ACloseOnTheCollectiveThreadWaitsForTheCollectiveAWa
     });
     std::fill(second.begin(), second.end(), 1);
     Request next = comm.iallreduce(second.data(), second.size(), DataType::int64, ReduceOp::sum);
-    waiter = std::thread([&waiter_error, next = std::move(next)]() mutable {
+    waiter = std::jthread([&waiter_error, next = std::move(next)]() mutable {
       try {
         next.wait(std::chrono::seconds(10));
         waiter_error = 0;

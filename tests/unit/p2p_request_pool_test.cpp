@@ -56,7 +56,7 @@ TEST(RequestPool, RequestsMayBeFreedOnAnotherThreadAndThatThreadsCacheIsFreedAtE
   std::vector<std::shared_ptr<RequestImpl>> made;
   for (int i = 0; i < 100; ++i)
     made.push_back(new_request(nullptr, RequestImpl::Kind::recv, i, Tag{0}));
-  std::thread other([&] {
+  std::jthread other([&] {
     made.clear();  // to that thread's cache (up to its limit), then freed when it ends
     auto r = new_request(nullptr, RequestImpl::Kind::recv, 5, Tag{1});
     EXPECT_EQ(r->peer, 5);

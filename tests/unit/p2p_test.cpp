@@ -222,7 +222,7 @@ TEST(P2pSemantics, BlockingCallsOnSeveralThreadsOfOneRankEachGetTheirMessage) {
   constexpr int threads = 4, rounds = 300;
   run_ranks(2, [](Communicator& comm) {
     const int peer = 1 - comm.rank();
-    std::vector<std::thread> pool;
+    std::vector<std::jthread> pool;
     std::atomic<int> wrong{0};
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
@@ -498,7 +498,7 @@ namespace {
 TEST(P2pBootstrap, MissingRankIsNamedWhenTheTimeoutRunsOut) {
   Store server = Store::serve_tcp("127.0.0.1:0", {.timeout = std::chrono::seconds(5)});
   std::vector<std::string> messages(2);
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       try {

@@ -67,7 +67,7 @@ TEST(ParamServer, SynchronousFourWorkersMatchALocalSumWhileAServerJoins) {
   ParamServer b = ParamServer::listen("127.0.0.1:0", options);
   ParamServer c = ParamServer::listen("127.0.0.1:0", options);  // joins at step 5
   std::vector<std::string> failures(workers);
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
       try {

@@ -7,11 +7,13 @@
 #include <thread>
 
 #include "anview/anview.hpp"
+#include "support/test_thread.hpp"
 
 namespace anview {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::test_thread;
 
 // "m<i>" (built by append: GCC 12's -Wrestrict misfires on label(i) at -O3).
 std::string label(int i) {
@@ -92,7 +94,7 @@ TEST(PubSub, AfterFlushTheMemoryOfALargeMessageIsTheCallersAgain) {
   wait_for_subscribers(publisher, 1);
   std::vector<char> memory(1 << 20, 'A');
   publisher.publish("t", Message::view(memory.data(), memory.size()));
-  std::thread taker([&] {
+  std::jthread taker = test_thread([&] {
     std::this_thread::sleep_for(50ms);  // takes it a while after publish()
     auto d = subscriber.next(5s);
     ASSERT_TRUE(d);
@@ -142,7 +144,7 @@ TEST(PubSub, SlowSubscriberBlockPolicyLosesNothing) {
       publisher.address(), {.policy = Backpressure::block, .window = 64, .queue_limit = 100});
   wait_for_subscribers(publisher, 1);
   constexpr int total = 20000;
-  std::thread pub([&] {
+  std::jthread pub = test_thread([&] {
     for (int i = 0; i < total; ++i) publisher.publish("t", Message(std::to_string(i)));
     publisher.close();
   });
@@ -170,7 +172,7 @@ TEST(PubSub, EveryPublishThatReturnsWhileAnotherThreadClosesIsDelivered) {
     Subscriber s = Subscriber::connect(publisher.address());
     wait_for_subscribers(publisher, 1);
     std::atomic<int> published{0};
-    std::thread pub([&] {
+    std::jthread pub = test_thread([&] {
       try {
         for (int i = 0;; ++i) {
           publisher.publish("t", Message(std::to_string(i)));
@@ -181,7 +183,7 @@ TEST(PubSub, EveryPublishThatReturnsWhileAnotherThreadClosesIsDelivered) {
       }
     });
     int got = 0;
-    std::thread sub([&] {
+    std::jthread sub = test_thread([&] {
       while (auto d = s.next(10s)) ++got;
     });
     std::this_thread::sleep_for(std::chrono::microseconds(100 + round * 97 % 900));
@@ -201,7 +203,7 @@ TEST(PubSub, ASubscriberThatConnectsWhileThreadsKeepPublishingIsServed) {
   wait_for_subscribers(publisher, 1);
   std::atomic<bool> stop{false};
   std::atomic<long> published{0};
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   // They stop on their own after 20 s: a test that fails must not hang.
   const auto give_up = std::chrono::steady_clock::now() + 20s;
   for (int t = 0; t < 3; ++t) {
@@ -226,7 +228,7 @@ TEST(PubSub, ASubscriberThatConnectsWhileThreadsKeepPublishingIsServed) {
                                         {.topics = {"t"}, .policy = Backpressure::drop_oldest});
   const auto start = std::chrono::steady_clock::now();
   std::atomic<long> got{0};
-  std::thread reader([&] {
+  std::jthread reader = test_thread([&] {
     while (late.next(10s)) ++got;
   });
   while (got.load() == 0 && std::chrono::steady_clock::now() - start < 10s)
@@ -249,7 +251,7 @@ TEST(PubSub, SlowSubscriberDropOldestCountsEveryDrop) {
   constexpr int total = 20000;
   for (int i = 0; i < total; ++i) publisher.publish("t", Message(std::to_string(i)));
   std::uint64_t delivered = 0, gaps = 0, last = 0;
-  std::thread closer([&] {
+  std::jthread closer = test_thread([&] {
     std::this_thread::sleep_for(200ms);
     publisher.close();
   });

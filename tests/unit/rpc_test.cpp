@@ -12,12 +12,14 @@
 
 #include "anview/anview.hpp"
 #include "patterns/rpc_frame.hpp"
+#include "support/test_thread.hpp"
 #include "support/thread_ranks.hpp"
 
 namespace anview {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::test_thread;
 
 // An echo service: bytes and tensors back as they came; "fail" raises; "slow" sleeps.
 RpcServer echo_server(ServerOptions options = {}) {
@@ -92,7 +94,7 @@ TEST(Rpc, ManyThreadsShareOneClient) {
   RpcServer server = echo_server({.handler_threads = 4});
   RpcClient client = RpcClient::connect(server.address());
   std::atomic<int> wrong{0};
-  std::vector<std::thread> threads;
+  std::vector<std::jthread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 300; ++i) {
@@ -312,7 +314,7 @@ TEST(Rpc, AsyncHandlerRepliesFromAnotherThread) {
     std::this_thread::sleep_for(1ms);
   }
   EXPECT_FALSE(a.done());
-  std::thread answer([&] {
+  std::jthread answer([&] {
     std::lock_guard lock(mu);
     ASSERT_EQ(parked.size(), 2u);
     parked[1].first.reply(Message("B:" + parked[1].second));
@@ -404,7 +406,7 @@ TEST(Rpc, ServerShutdownFailsEveryPendingCallNamingTheServer) {
     client.progress();
     std::this_thread::sleep_for(1ms);
   }
-  std::thread stop([&] {
+  std::jthread stop = test_thread([&] {
     // Answers nothing: the responders stay parked while the connections close.
     server.shutdown();
   });

@@ -56,7 +56,7 @@ TEST(TcpAdmission, AStreamOfAFailedPathIsRefusedUnlessItIsNewer) {
     set_path_fields(hello, {.path = path, .path_count = 2, .generation = generation});
     EXPECT_EQ(::send(fd.get(), &hello, sizeof hello, MSG_NOSIGNAL), ssize_t{sizeof hello});
     Handshake reply;
-    std::thread reader(
+    std::jthread reader(
         [&] { EXPECT_TRUE(TcpRankOne::read_exactly(fd.get(), &reply, sizeof reply)); });
     rank1.drive_until([&] { return false; }, 100ms);
     reader.join();
