@@ -19,8 +19,9 @@ class SubscriberImpl {
  public:
   SubscriberImpl(const std::string& address, SubscribeOptions options);
   std::optional<Delivery> next(std::chrono::milliseconds timeout);
+  // Not behind next(), which holds mu_ while it waits.
   Subscriber::Stats stats() const {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(stats_mu_);
     return stats_;
   }
 
@@ -36,15 +37,25 @@ class SubscriberImpl {
                                        .cause = "the publisher sent a bad frame: " + why});
   }
 
+  // A message taken from a batch: one sent apart comes with the receive of its payload,
+  // posted when its batch came, and is delivered once that is complete.
+  struct Taken {
+    Delivery delivery;
+    Request payload;
+  };
+  // Waits for `request` until `deadline`, its Error named by the publisher's address.
+  Status wait_named(Request& request, std::chrono::steady_clock::time_point deadline) const;
+
   std::string address_;
   SubscribeOptions options_;
-  mutable std::mutex mu_;  // one next() at a time; stats
+  mutable std::mutex mu_;  // one next() at a time
   std::shared_ptr<std::vector<std::byte>> buffer_;
   Request batch_;
-  std::deque<Delivery> ready_;
+  std::deque<Taken> ready_;
   std::size_t ready_bytes_ = 0;
   std::uint32_t withheld_ = 0;  // batch credits not returned while ready_ is over the window
   std::uint64_t last_sequence_ = 0;
+  mutable std::mutex stats_mu_;  // stats_, written under mu_ too
   Subscriber::Stats stats_;
   std::vector<ps::Entry> entries_;
   // Last: destroyed first, so the receive posted into buffer_ is over before buffer_ goes.
@@ -93,6 +104,7 @@ void SubscriberImpl::take_batch(std::size_t bytes) {
   if (!ps::parse_header(frame, h, why)) throw protocol_error(why);
   if (h.kind == ps::Kind::end) {
     if (h.value < last_sequence_) throw protocol_error("the end precedes a delivered sequence");
+    std::lock_guard stats_lock(stats_mu_);
     stats_.dropped += h.value - last_sequence_;
     last_sequence_ = h.value;
     stats_.ended = true;
@@ -109,16 +121,20 @@ void SubscriberImpl::take_batch(std::size_t bytes) {
     d.sequence = e.sequence;
     d.dropped_before = e.sequence - last_sequence_ - 1;
     last_sequence_ = e.sequence;
+    Request payload_receive;
     if (e.apart) {
-      std::vector<std::byte> payload(e.payload_bytes);
-      comm_.recv(payload.data(), payload.size(), 0, ps::payload_tag);
-      d.message = Message(std::move(payload));
+      // Posted now, in batch order (the payloads come in that order on their tag); next()
+      // waits for it within its own timeout.
+      auto payload = std::make_shared<std::vector<std::byte>>(e.payload_bytes);
+      payload_receive = comm_.irecv(payload->data(), payload->size(), 0, ps::payload_tag);
+      d.message = Message::view(payload->data(), payload->size());
+      d.message.keep_alive(std::move(payload));
     } else {
       d.message = Message::view(e.inline_payload.data(), e.inline_payload.size());
       d.message.keep_alive(owner);
     }
     ready_bytes_ += e.payload_bytes;
-    ready_.push_back(std::move(d));
+    ready_.push_back({std::move(d), std::move(payload_receive)});
   }
   // Credit for the next batch now, unless this subscriber holds a window's worth already.
   if (ready_.size() < options_.window && ready_bytes_ < options_.window_bytes) {
@@ -129,30 +145,42 @@ void SubscriberImpl::take_batch(std::size_t bytes) {
   post_batch_receive();
 }
 
+Status SubscriberImpl::wait_named(Request& request,
+                                  std::chrono::steady_clock::time_point deadline) const {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  try {
+    return request.wait(std::max(left, std::chrono::milliseconds(0)));
+  } catch (const Error& e) {
+    // Named by the publisher's address (the connection's ranks mean nothing to the caller).
+    throw Error(e.kind(), {.peer = 0,
+                           .peer_address = address_,
+                           .operation = "subscriber of " + address_,
+                           .cause = e.cause()});
+  }
+}
+
 std::optional<Delivery> SubscriberImpl::next(std::chrono::milliseconds timeout) {
   std::lock_guard lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (ready_.empty()) {
-    if (stats_.ended) return std::nullopt;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    Status st;
-    try {
-      st = batch_.wait(std::max(left, std::chrono::milliseconds(0)));
-    } catch (const Error& e) {
-      // Named by the publisher's address (the connection's ranks mean nothing to the caller).
-      throw Error(e.kind(), {.peer = 0,
-                             .peer_address = address_,
-                             .operation = "subscriber of " + address_,
-                             .cause = e.cause()});
+    {
+      std::lock_guard stats_lock(stats_mu_);
+      if (stats_.ended) return std::nullopt;
     }
-    take_batch(st.bytes);
+    take_batch(wait_named(batch_, deadline).bytes);
   }
-  Delivery d = std::move(ready_.front());
+  // A payload still on its way keeps its message first in line: a timeout here leaves it
+  // there for the next call.
+  if (ready_.front().payload.valid()) wait_named(ready_.front().payload, deadline);
+  Delivery d = std::move(ready_.front().delivery);
   ready_.pop_front();
   ready_bytes_ -= d.message.size();
-  ++stats_.delivered;
-  stats_.dropped += d.dropped_before;
+  {
+    std::lock_guard stats_lock(stats_mu_);
+    ++stats_.delivered;
+    stats_.dropped += d.dropped_before;
+  }
   if (withheld_ > 0 && ready_.size() <= options_.window / 2 &&
       ready_bytes_ <= options_.window_bytes / 2) {
     send_credit(withheld_);

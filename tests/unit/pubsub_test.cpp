@@ -341,6 +341,50 @@ TEST(PubSub, NextWithAZeroTimeoutPolls) {
   EXPECT_EQ(d->message.text(), "here");
 }
 
+// stats() answers while another thread waits in next(). Before, both took one lock, and a
+// monitoring thread's stats() waited out the other's next(): here until its timeout.
+TEST(PubSub, StatsAnswerWhileAnotherThreadWaitsInNext) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  Subscriber s = Subscriber::connect(publisher.address());
+  wait_for_subscribers(publisher, 1);
+  std::atomic<bool> next_returned{false};
+  std::jthread waiter = test_thread([&] {
+    EXPECT_THROW(s.next(3s), Error);  // nothing is published
+    next_returned = true;
+  });
+  std::this_thread::sleep_for(200ms);  // it is in next() by now
+  const Subscriber::Stats stats = s.stats();
+  EXPECT_FALSE(next_returned.load()) << "stats() waited for next() to return";
+  EXPECT_EQ(stats.delivered, 0u);
+  EXPECT_FALSE(stats.ended);
+}
+
+// Messages sent apart (over 4 KiB) and inline ones, mixed in one batch, come in order and
+// whole; next() waits for a payload within its own timeout.
+TEST(PubSub, LargeAndSmallMessagesOfOneBatchComeInOrder) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  Subscriber s = Subscriber::connect(publisher.address());
+  wait_for_subscribers(publisher, 1);
+  for (int i = 0; i < 40; ++i) {
+    const std::size_t bytes = i % 3 == 0 ? (std::size_t{64} << 10) + i : 16 + i;
+    std::vector<std::byte> m(bytes, static_cast<std::byte>(i));
+    publisher.publish("t", Message(std::move(m)));
+  }
+  std::jthread closer = test_thread([&] { publisher.close(); });  // waits for the reader
+  int i = 0;
+  while (auto d = s.next(10s)) {
+    const std::size_t bytes = i % 3 == 0 ? (std::size_t{64} << 10) + i : 16 + i;
+    ASSERT_EQ(d->message.size(), bytes) << "message " << i;
+    const auto b = d->message.bytes();
+    EXPECT_EQ(std::count(b.begin(), b.end(), static_cast<std::byte>(i)),
+              static_cast<std::ptrdiff_t>(bytes))
+        << "message " << i;
+    ++i;
+  }
+  EXPECT_EQ(i, 40);
+  EXPECT_EQ(s.stats().delivered, 40u);
+}
+
 TEST(PubSub, SubscribingToAnRpcServerIsAClearError) {
   RpcServer server = RpcServer::listen("127.0.0.1:0");
   try {
