@@ -91,6 +91,14 @@ void Listener::accept_loop() {
   std::uint64_t next = 1;
   // Since when the number `next` has been taken (the counter is past it) but not claimed.
   auto missing_since = std::chrono::steady_clock::time_point::max();
+  // The store is reached over loopback, also from here: a timeout (a loaded machine) is tried
+  // again; any other failure ends accepting.
+  auto fatal = [&](const Error& e) {
+    if (e.kind() == ErrorKind::timeout) return false;
+    base::log(service_.c_str(), base::LogLevel::error, "listener at ", address_,
+              " stops accepting: ", e.what());
+    return true;
+  };
   while (!stopping()) {
     try {
       store_.wait({conn_key(service_, next)}, accept_poll);
@@ -98,16 +106,19 @@ void Listener::accept_loop() {
       missing_since = std::chrono::steady_clock::time_point::max();
       continue;
     } catch (const Error& e) {
-      if (e.kind() != ErrorKind::timeout) {
-        base::log(service_.c_str(), base::LogLevel::error, "listener at ", address_,
-                  " stops accepting: ", e.what());
-        return;
-      }
+      if (fatal(e)) return;
     }
     reap_finished();
     // A client that took number `next` and died before claiming it must not block the ones
     // after it.
-    if (static_cast<std::uint64_t>(store_.add(service_ + "/clients", 0)) > next) {
+    std::uint64_t taken = 0;
+    try {
+      taken = static_cast<std::uint64_t>(store_.add(service_ + "/clients", 0));
+    } catch (const Error& e) {  // it escaped this thread before: std::terminate
+      if (fatal(e)) return;
+      continue;
+    }
+    if (taken > next) {
       const auto now = std::chrono::steady_clock::now();
       if (missing_since == std::chrono::steady_clock::time_point::max()) {
         missing_since = now;
