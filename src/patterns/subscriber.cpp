@@ -171,9 +171,25 @@ std::optional<Delivery> SubscriberImpl::next(std::chrono::milliseconds timeout) 
     take_batch(wait_named(batch_, deadline).bytes);
   }
   // A payload still on its way keeps its message first in line: a timeout here leaves it
-  // there for the next call.
-  if (ready_.front().payload.valid()) wait_named(ready_.front().payload, deadline);
-  Delivery d = std::move(ready_.front().delivery);
+  // there for the next call. One that came short is not delivered padded.
+  Taken& front = ready_.front();
+  if (front.payload.valid() &&
+      wait_named(front.payload, deadline).bytes != front.delivery.message.size())
+    throw protocol_error("the payload of message " + std::to_string(front.delivery.sequence) +
+                         " came short");
+  // The other payloads move only while this side progresses, and the publisher's flush()
+  // waits for them: take them in too, within the deadline. Their failures are reported when
+  // their messages come first.
+  for (std::size_t i = 1; i < ready_.size(); ++i) {
+    Request& payload = ready_[i].payload;
+    if (!payload.valid() || payload.done()) continue;
+    try {
+      wait_named(payload, deadline);
+    } catch (const Error&) {
+      break;
+    }
+  }
+  Delivery d = std::move(front.delivery);
   ready_.pop_front();
   ready_bytes_ -= d.message.size();
   {

@@ -7,6 +7,9 @@
 #include <thread>
 
 #include "anview/anview.hpp"
+#include "patterns/connection.hpp"
+#include "patterns/pubsub_frame.hpp"
+#include "support/scoped_env.hpp"
 #include "support/test_thread.hpp"
 
 namespace anview {
@@ -347,14 +350,17 @@ TEST(PubSub, StatsAnswerWhileAnotherThreadWaitsInNext) {
   Publisher publisher = Publisher::listen("127.0.0.1:0");
   Subscriber s = Subscriber::connect(publisher.address());
   wait_for_subscribers(publisher, 1);
-  std::atomic<bool> next_returned{false};
+  std::atomic<bool> entered{false};
   std::jthread waiter = test_thread([&] {
-    EXPECT_THROW(s.next(3s), Error);  // nothing is published
-    next_returned = true;
+    entered = true;
+    EXPECT_THROW(s.next(4s), Error);  // nothing is published
   });
-  std::this_thread::sleep_for(200ms);  // it is in next() by now
+  while (!entered.load()) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(200ms);  // it is waiting in next() by now
+  const auto start = std::chrono::steady_clock::now();
   const Subscriber::Stats stats = s.stats();
-  EXPECT_FALSE(next_returned.load()) << "stats() waited for next() to return";
+  // next() waits 3.8 s more: a stats() that waited for it takes that long.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "stats() waited for next()";
   EXPECT_EQ(stats.delivered, 0u);
   EXPECT_FALSE(stats.ended);
 }
@@ -362,7 +368,8 @@ TEST(PubSub, StatsAnswerWhileAnotherThreadWaitsInNext) {
 // Messages sent apart (over 4 KiB) and inline ones, mixed in one batch, come in order and
 // whole; next() waits for a payload within its own timeout.
 TEST(PubSub, LargeAndSmallMessagesOfOneBatchComeInOrder) {
-  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  // A short block timeout bounds close(), joined at the end, should the reader stop early.
+  Publisher publisher = Publisher::listen("127.0.0.1:0", {.block_timeout = 5s});
   Subscriber s = Subscriber::connect(publisher.address());
   wait_for_subscribers(publisher, 1);
   for (int i = 0; i < 40; ++i) {
@@ -383,6 +390,52 @@ TEST(PubSub, LargeAndSmallMessagesOfOneBatchComeInOrder) {
   }
   EXPECT_EQ(i, 40);
   EXPECT_EQ(s.stats().delivered, 40u);
+}
+
+// The payloads of a batch's larger messages move only while the subscriber progresses, and
+// the publisher's flush() waits for them: next() takes in every payload of the batch, not
+// only the one it returns.
+TEST(PubSub, ANextThatReturnsALargeMessageTakesInTheOthersOfItsBatch) {
+  const testing::ScopedEnv tcp("ANVIEW_TRANSPORTS", "tcp");  // bytes move as the reader reads
+  Publisher publisher = Publisher::listen("127.0.0.1:0", {.block_timeout = 5s});
+  Subscriber s = Subscriber::connect(publisher.address());
+  wait_for_subscribers(publisher, 1);
+  // The first four take the four batches of credit; the eight after them gather in one.
+  for (int i = 0; i < 4; ++i) publisher.publish("t", Message("small"));
+  std::vector<char> memory(8 << 16, 'x');
+  for (int i = 0; i < 8; ++i)
+    publisher.publish("t", Message::view(memory.data() + (i << 16), 1 << 16));
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(s.next(10s)) << "message " << i;
+  EXPECT_NO_THROW(publisher.flush(5s)) << "the other payloads were left untaken";
+  for (int i = 5; i < 12; ++i) ASSERT_TRUE(s.next(10s)) << "message " << i;
+}
+
+// A payload sent apart that comes shorter than its entry says is a protocol error. Before, the
+// message was delivered at the entry's length, its end zeros. (A fake publisher sends it.)
+TEST(PubSub, APayloadThatComesShortIsAProtocolError) {
+  namespace ps = patterns::pubsub;
+  std::atomic<bool> done{false};
+  patterns::Listener fake("127.0.0.1:0", "pubsub", 10s, [&](Communicator comm, std::uint64_t) {
+    std::vector<std::byte> subscription(ps::max_subscribe_bytes);
+    comm.recv(subscription.data(), subscription.size(), 1, ps::control_tag, 10s);
+    ps::BatchWriter writer;
+    const std::vector<std::byte> claimed(8192);
+    writer.add(1, "t", claimed, /*apart=*/true);
+    const auto frame = writer.frame();
+    comm.send(frame.data(), frame.size(), 1, ps::batch_tag, 10s);
+    const std::vector<std::byte> sent(100, std::byte{7});
+    comm.send(sent.data(), sent.size(), 1, ps::payload_tag, 10s);
+    while (!done.load()) std::this_thread::sleep_for(1ms);  // the link stays up meanwhile
+  });
+  Subscriber s = Subscriber::connect(fake.address());
+  try {
+    const auto d = s.next(10s);
+    ADD_FAILURE() << "a message of " << (d ? d->message.size() : 0) << " bytes was delivered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::protocol) << e.what();
+    EXPECT_NE(std::string(e.what()).find("came short"), std::string::npos) << e.what();
+  }
+  done = true;
 }
 
 TEST(PubSub, SubscribingToAnRpcServerIsAClearError) {
