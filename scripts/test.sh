@@ -63,7 +63,7 @@ for ((i = 0; i < jobs; i++)); do
     # its failures, the test it died in, and its last lines.
     log="build-tsan/shard-$i.log"
     echo "=== test.sh: TSan shard $i FAILED; failures in $log:"
-    grep -E '^\[  FAILED  \]|Failure$' "$log" | head -40
+    grep -m 40 -E '^\[  FAILED  \]|Failure$' "$log" || true  # none after a crash
     echo "=== test.sh: the last test it started: $(grep -E '^\[ RUN      \]' "$log" | tail -1)"
     echo "=== test.sh: the last 80 lines of $log:"
     tail -n 80 "$log"

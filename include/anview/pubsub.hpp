@@ -100,10 +100,12 @@ class Subscriber {
  public:
   static Subscriber connect(const std::string& address, SubscribeOptions options = {});
 
-  // The next message, waiting up to `timeout` (none: ANVIEW_TIMEOUT; zero: only what is here
-  // already); nullopt when the
-  // publisher closed the stream and everything was delivered. Raises Error(timeout) when
-  // nothing came in time, and the connection's Error when the publisher is gone.
+  // The next message, waiting up to `timeout` in all (none: ANVIEW_TIMEOUT; zero: only what is
+  // here already), also for the payload of a large message; nullopt when the publisher closed
+  // the stream and everything was delivered. Raises Error(timeout) when nothing came in time
+  // (a message whose payload is still on its way stays first in line), Error(protocol) for a
+  // bad frame or a payload shorter than announced, and the connection's Error when the
+  // publisher is gone.
   std::optional<Delivery> next(std::optional<std::chrono::milliseconds> timeout = {});
 
   struct Stats {

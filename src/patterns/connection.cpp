@@ -114,7 +114,7 @@ void Listener::accept_loop() {
     std::uint64_t taken = 0;
     try {
       taken = static_cast<std::uint64_t>(store_.add(service_ + "/clients", 0));
-    } catch (const Error& e) {  // it escaped this thread before: std::terminate
+    } catch (const Error& e) {  // nothing escapes this thread (that is std::terminate)
       if (fatal(e)) return;
       continue;
     }

@@ -51,7 +51,8 @@ class SubscriberImpl {
   mutable std::mutex mu_;  // one next() at a time
   std::shared_ptr<std::vector<std::byte>> buffer_;
   Request batch_;
-  std::deque<Taken> ready_;
+  std::deque<Taken> ready_;  // what is left of the last batch (the next comes when it is empty)
+  std::size_t settled_ = 0;  // ready_[0, settled_) need no more waiting
   std::size_t ready_bytes_ = 0;
   std::uint32_t withheld_ = 0;  // batch credits not returned while ready_ is over the window
   std::uint64_t last_sequence_ = 0;
@@ -177,11 +178,11 @@ std::optional<Delivery> SubscriberImpl::next(std::chrono::milliseconds timeout) 
       wait_named(front.payload, deadline).bytes != front.delivery.message.size())
     throw protocol_error("the payload of message " + std::to_string(front.delivery.sequence) +
                          " came short");
-  // The other payloads move only while this side progresses, and the publisher's flush()
-  // waits for them: take them in too, within the deadline. Their failures are reported when
-  // their messages come first.
-  for (std::size_t i = 1; i < ready_.size(); ++i) {
-    Request& payload = ready_[i].payload;
+  // The batch's other payloads move only while this side progresses, and the publisher's
+  // flush() waits for them: take them in too, within the deadline, each looked at once. Their
+  // failures are reported when their messages come first.
+  for (settled_ = std::max<std::size_t>(settled_, 1); settled_ < ready_.size(); ++settled_) {
+    Request& payload = ready_[settled_].payload;
     if (!payload.valid() || payload.done()) continue;
     try {
       wait_named(payload, deadline);
@@ -191,6 +192,7 @@ std::optional<Delivery> SubscriberImpl::next(std::chrono::milliseconds timeout) 
   }
   Delivery d = std::move(front.delivery);
   ready_.pop_front();
+  if (settled_ > 0) --settled_;
   ready_bytes_ -= d.message.size();
   {
     std::lock_guard stats_lock(stats_mu_);

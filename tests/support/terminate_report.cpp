@@ -1,7 +1,7 @@
 // Linked into the unit-test binary: a std::terminate names the test it ended and where it was
-// called from. Without it, an abort in a sharded run ("terminate called without an active
-// exception", e.g. a joinable std::thread destroyed) leaves neither: stdout's buffered lines
-// are lost and the runtime's message has no stack.
+// called from. Without it, an abort ("terminate called without an active exception", e.g. a
+// joinable std::thread destroyed) says neither: the runtime's message has no stack, and a
+// run with --gtest_brief prints no test names.
 #include <execinfo.h>
 #include <unistd.h>
 
@@ -19,6 +19,7 @@
 namespace {
 
 void report_and_abort() {
+  std::fflush(stdout);  // gtest's lines first, when both go to one file
   const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
   std::fprintf(stderr, "=== std::terminate in test %s.%s\n", test ? test->test_suite_name() : "?",
                test ? test->name() : "(none)");
@@ -41,10 +42,9 @@ void report_and_abort() {
   void* frames[64];
   backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
 #endif
-  std::fflush(stdout);
   std::abort();
 }
 
-[[maybe_unused]] const std::terminate_handler previous = std::set_terminate(report_and_abort);
+[[maybe_unused]] const bool installed = (std::set_terminate(report_and_abort), true);
 
 }  // namespace

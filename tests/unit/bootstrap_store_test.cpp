@@ -23,6 +23,7 @@
 #include "bootstrap/store_protocol.hpp"
 #include "support/expect_error.hpp"
 #include "support/scoped_env.hpp"
+#include "support/test_thread.hpp"
 
 namespace anview {
 namespace {
@@ -44,18 +45,7 @@ std::string make_temp_dir() {
 }
 
 using testing::expect_error;
-
-// A thread whose exception becomes a test failure instead of std::terminate.
-template <typename Fn>
-std::jthread spawn(std::string& failure, Fn fn) {
-  return std::jthread([&failure, fn = std::move(fn)]() mutable {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-  });
-}
+using testing::test_thread;
 
 // ---------------------------------------------------------------------------------------
 // Both store kinds
@@ -227,8 +217,7 @@ TEST_P(StoreTest, BlockingGetIsReleasedByALaterSet) {
     Store setter_handle = client(2);
     std::string got;
     std::chrono::steady_clock::duration waited{};
-    std::string failure;
-    std::jthread getter = spawn(failure, [&] {
+    std::jthread getter = test_thread([&] {
       const auto start = Clock::now();
       got = store().get_string(key, 5s);
       waited = Clock::now() - start;
@@ -236,7 +225,6 @@ TEST_P(StoreTest, BlockingGetIsReleasedByALaterSet) {
     std::this_thread::sleep_for(100ms);
     (same_handle ? store() : setter_handle).set(key, std::string("arrived"));
     getter.join();
-    EXPECT_EQ(failure, "");
     EXPECT_EQ(got, "arrived");
     EXPECT_GE(waited, 90ms);
     EXPECT_LT(waited, 2s);
@@ -244,15 +232,13 @@ TEST_P(StoreTest, BlockingGetIsReleasedByALaterSet) {
 }
 
 TEST_P(StoreTest, WaitIsReleasedWhenTheLastKeyArrives) {
-  std::string failure;
-  std::jthread waiter = spawn(failure, [&] { client(3).wait({"k1", "k2", "k3"}, 5s); });
+  std::jthread waiter = test_thread([&] { client(3).wait({"k1", "k2", "k3"}, 5s); });
   store().set("k2", std::string("2"));
   std::this_thread::sleep_for(30ms);
   store().add("k3", 1);
   std::this_thread::sleep_for(30ms);
   store().set("k1", std::string("1"));
   waiter.join();
-  EXPECT_EQ(failure, "");
 }
 
 TEST_P(StoreTest, LargeValue) {
@@ -463,8 +449,7 @@ TEST_F(TcpStoreWireTest, ClientTurnsAVersionMismatchIntoAProtocolError) {
   const std::uint16_t newer = proto::version + 1;
   base::Fd listener = base::listen_tcp(base::SockAddr::parse("127.0.0.1:0", {}), 4, {});
   const std::string address = base::local_address(listener.get()).to_string();
-  std::string failure;
-  std::jthread fake = spawn(failure, [&] {
+  std::jthread fake = test_thread([&] {
     base::Fd conn = accept_caller(listener.get());
     if (!conn.valid()) return;
     std::uint8_t request[proto::request_header_bytes];
@@ -494,14 +479,12 @@ TEST_F(TcpStoreWireTest, ClientTurnsAVersionMismatchIntoAProtocolError) {
         << e.what();
   }
   fake.join();
-  EXPECT_EQ(failure, "");
 }
 
 TEST_F(TcpStoreWireTest, ClientRejectsAForeignReply) {
   base::Fd listener = base::listen_tcp(base::SockAddr::parse("127.0.0.1:0", {}), 4, {});
   const std::string address = base::local_address(listener.get()).to_string();
-  std::string failure;
-  std::jthread fake = spawn(failure, [&] {
+  std::jthread fake = test_thread([&] {
     base::Fd conn = accept_caller(listener.get());
     if (!conn.valid()) return;
     const std::string junk = "HTTP/1.1 400 Bad Request\r\n\r\n";
@@ -514,7 +497,6 @@ TEST_F(TcpStoreWireTest, ClientRejectsAForeignReply) {
     EXPECT_EQ(e.kind(), ErrorKind::protocol) << e.what();
   }
   fake.join();
-  EXPECT_EQ(failure, "");
 }
 
 TEST_F(TcpStoreWireTest, ServerStopsWhenTheLastHandleGoes) {
@@ -565,14 +547,13 @@ TEST(TcpStoreConnect, ConnectWaitsForALateServer) {
     address = base::local_address(probe.get()).to_string();
   }
   std::optional<Store> server;
-  std::string failure;
-  std::jthread late = spawn(failure, [&] {
+  std::jthread late = test_thread([&] {
     std::this_thread::sleep_for(100ms);
     server = Store::serve_tcp(address, {.timeout = test_timeout});
   });
   Store client = Store::connect_tcp(address, {.timeout = 3s});
   late.join();
-  ASSERT_EQ(failure, "");
+  ASSERT_TRUE(server.has_value()) << "the late server did not start";
   client.set("k", std::string("v"));
   EXPECT_EQ(server->get_string("k"), "v");
 }

@@ -150,8 +150,8 @@ TEST(NonblockingCollectives, AWaiterOfAQueuedCollectiveOutlivesTheWorkerClosedBy
   ScopedEnv spin("ANVIEW_SPIN_US", "3000000");
   for (int round = 0; round < 5; ++round) {  // the window is short: ASan caught 1 round in 3
     std::atomic<bool> called{false};
-    std::jthread waiter;
     std::atomic<int> waiter_error{-1};
+    std::jthread waiter;  // last: joined before what it writes goes
     run_ranks(2, [&](Communicator& comm) {
       auto data = std::make_shared<std::vector<std::int64_t>>(1000, comm.rank() + 1);
       if (comm.rank() == 1) return joins_after_rank_zero_let_go(comm, *data);
@@ -186,9 +186,9 @@ TEST(NonblockingCollectives, AWaiterOfAQueuedCollectiveOutlivesTheWorkerClosedBy
 TEST(NonblockingCollectives, ACloseOnTheCollectiveThreadWaitsForTheCollectiveAWaiterRuns) {
   ScopedEnv spin("ANVIEW_SPIN_US", "3000000");
   std::atomic<bool> called{false};
-  std::jthread waiter;
   std::vector<std::int64_t> second(1000, 0);
   std::atomic<int> waiter_error{-1};
+  std::jthread waiter;  // last: joined before what it writes goes
   run_ranks(2, [&](Communicator& comm) {
     auto data = std::make_shared<std::vector<std::int64_t>>(1000, comm.rank() + 1);
     if (comm.rank() == 1) return joins_after_rank_zero_let_go(comm, *data, true);

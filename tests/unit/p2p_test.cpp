@@ -222,8 +222,8 @@ TEST(P2pSemantics, BlockingCallsOnSeveralThreadsOfOneRankEachGetTheirMessage) {
   constexpr int threads = 4, rounds = 300;
   run_ranks(2, [](Communicator& comm) {
     const int peer = 1 - comm.rank();
-    std::vector<std::jthread> pool;
     std::atomic<int> wrong{0};
+    std::vector<std::jthread> pool;  // last: joined before `wrong` goes
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         const Tag tag{static_cast<std::uint64_t>(100 + t)};

@@ -410,23 +410,42 @@ TEST(PubSub, ANextThatReturnsALargeMessageTakesInTheOthersOfItsBatch) {
   for (int i = 5; i < 12; ++i) ASSERT_TRUE(s.next(10s)) << "message " << i;
 }
 
+// A fake publisher for one subscriber: a batch of one message of `announced` bytes sent
+// apart, then, once `release` is set (or after 3 s), a payload of `sent` bytes. The link
+// stays up until the fake is destroyed.
+class OneMessagePublisher {
+ public:
+  OneMessagePublisher(std::size_t announced, std::size_t sent)
+      : listener_("127.0.0.1:0", "pubsub", 10s, [=, this](Communicator comm, std::uint64_t) {
+          namespace ps = patterns::pubsub;
+          std::vector<std::byte> subscription(ps::max_subscribe_bytes);
+          comm.recv(subscription.data(), subscription.size(), 1, ps::control_tag, 10s);
+          ps::BatchWriter writer;
+          const std::vector<std::byte> entry(announced);
+          writer.add(1, "t", entry, /*apart=*/true);
+          const auto frame = writer.frame();
+          comm.send(frame.data(), frame.size(), 1, ps::batch_tag, 10s);
+          const auto give_up = std::chrono::steady_clock::now() + 3s;
+          while (!release && std::chrono::steady_clock::now() < give_up)
+            std::this_thread::sleep_for(1ms);
+          const std::vector<std::byte> payload(sent, std::byte{7});
+          comm.send(payload.data(), payload.size(), 1, ps::payload_tag, 10s);
+          while (!done_ && !listener_.stopping()) std::this_thread::sleep_for(1ms);
+        }) {}
+  ~OneMessagePublisher() { done_ = true; }
+  std::string address() const { return listener_.address(); }
+  std::atomic<bool> release{false};
+
+ private:
+  std::atomic<bool> done_{false};
+  patterns::Listener listener_;  // last: its thread uses the members above
+};
+
 // A payload sent apart that comes shorter than its entry says is a protocol error. Before, the
-// message was delivered at the entry's length, its end zeros. (A fake publisher sends it.)
+// message was delivered at the entry's length, its end zeros.
 TEST(PubSub, APayloadThatComesShortIsAProtocolError) {
-  namespace ps = patterns::pubsub;
-  std::atomic<bool> done{false};
-  patterns::Listener fake("127.0.0.1:0", "pubsub", 10s, [&](Communicator comm, std::uint64_t) {
-    std::vector<std::byte> subscription(ps::max_subscribe_bytes);
-    comm.recv(subscription.data(), subscription.size(), 1, ps::control_tag, 10s);
-    ps::BatchWriter writer;
-    const std::vector<std::byte> claimed(8192);
-    writer.add(1, "t", claimed, /*apart=*/true);
-    const auto frame = writer.frame();
-    comm.send(frame.data(), frame.size(), 1, ps::batch_tag, 10s);
-    const std::vector<std::byte> sent(100, std::byte{7});
-    comm.send(sent.data(), sent.size(), 1, ps::payload_tag, 10s);
-    while (!done.load()) std::this_thread::sleep_for(1ms);  // the link stays up meanwhile
-  });
+  OneMessagePublisher fake(8192, 100);
+  fake.release = true;
   Subscriber s = Subscriber::connect(fake.address());
   try {
     const auto d = s.next(10s);
@@ -435,7 +454,28 @@ TEST(PubSub, APayloadThatComesShortIsAProtocolError) {
     EXPECT_EQ(e.kind(), ErrorKind::protocol) << e.what();
     EXPECT_NE(std::string(e.what()).find("came short"), std::string::npos) << e.what();
   }
-  done = true;
+}
+
+// next() waits for a payload sent apart within its own timeout, and the message stays first in
+// line for the next call. Before, the payload was received with ANVIEW_TIMEOUT whatever
+// next()'s timeout (here: until the fake gave up holding it back, 3 s later).
+TEST(PubSub, ATimeoutWhileAPayloadIsOnItsWayKeepsItsMessageFirstInLine) {
+  OneMessagePublisher fake(8192, 8192);
+  Subscriber s = Subscriber::connect(fake.address());
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    s.next(300ms);
+    ADD_FAILURE() << "a message came before its payload was sent";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::timeout) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s) << "next(300ms) waited longer";
+  fake.release = true;
+  const auto d = s.next(10s);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->sequence, 1u);
+  ASSERT_EQ(d->message.size(), 8192u);
+  EXPECT_EQ(d->message.bytes()[8191], std::byte{7});
 }
 
 TEST(PubSub, SubscribingToAnRpcServerIsAClearError) {
