@@ -1,5 +1,7 @@
 #include "base/timeouts.hpp"
 
+#include <algorithm>
+
 namespace anview::base {
 namespace {
 
@@ -21,6 +23,10 @@ const Setting& timeout_setting() {
 
 std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested) {
   return requested.count() > 0 ? requested : timeout.as_duration();
+}
+
+std::chrono::milliseconds timeout_or_default(std::optional<std::chrono::milliseconds> requested) {
+  return requested ? std::max(*requested, std::chrono::milliseconds(0)) : timeout.as_duration();
 }
 
 const Setting& watchdog_setting() {

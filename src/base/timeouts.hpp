@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 
 #include "base/config.hpp"
 
@@ -14,6 +15,9 @@ namespace anview::base {
 const Setting& timeout_setting();
 // `requested` where it is positive, else ANVIEW_TIMEOUT: how callers resolve "no timeout given".
 std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested);
+// For a public optional timeout: none means ANVIEW_TIMEOUT; a given one is kept, and zero (or a
+// negative remainder) means poll.
+std::chrono::milliseconds timeout_or_default(std::optional<std::chrono::milliseconds> requested);
 // ANVIEW_WATCHDOG: how long a wait goes before the hang doctor speaks (default 60 s; 0: off).
 const Setting& watchdog_setting();
 

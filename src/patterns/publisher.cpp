@@ -383,9 +383,7 @@ void Publisher::publish(std::string_view topic, const Message& message) {
   impl_->publish(topic, message);
 }
 void Publisher::flush(std::optional<std::chrono::milliseconds> timeout) {
-  // An explicit zero (or a remainder that ran out) polls; only no value means ANVIEW_TIMEOUT.
-  impl_->flush(timeout ? std::max(*timeout, std::chrono::milliseconds(0))
-                       : base::timeout_or_default(std::chrono::milliseconds(0)));
+  impl_->flush(base::timeout_or_default(timeout));
 }
 void Publisher::close() {
   impl_->close();

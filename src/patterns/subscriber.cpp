@@ -165,10 +165,7 @@ std::optional<Delivery> SubscriberImpl::next(std::chrono::milliseconds timeout) 
   std::lock_guard lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (ready_.empty()) {
-    {
-      std::lock_guard stats_lock(stats_mu_);
-      if (stats_.ended) return std::nullopt;
-    }
+    if (stats_.ended) return std::nullopt;  // written under mu_ (take_batch), held here
     take_batch(wait_named(batch_, deadline).bytes);
   }
   // A payload still on its way keeps its message first in line: a timeout here leaves it
@@ -214,9 +211,7 @@ Subscriber Subscriber::connect(const std::string& address, SubscribeOptions opti
   return Subscriber(std::make_shared<detail::SubscriberImpl>(address, std::move(options)));
 }
 std::optional<Delivery> Subscriber::next(std::optional<std::chrono::milliseconds> timeout) {
-  // An explicit zero (or a remainder that ran out) polls; only no value means ANVIEW_TIMEOUT.
-  return impl_->next(timeout ? std::max(*timeout, std::chrono::milliseconds(0))
-                             : base::timeout_or_default(std::chrono::milliseconds(0)));
+  return impl_->next(base::timeout_or_default(timeout));
 }
 Subscriber::Stats Subscriber::stats() const {
   return impl_->stats();
