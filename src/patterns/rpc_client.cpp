@@ -243,12 +243,29 @@ RpcClientImpl::RpcClientImpl(Communicator comm, int server, ClientOptions option
 }
 
 RpcClientImpl::~RpcClientImpl() {
+  std::deque<std::shared_ptr<RpcCallState>> dropped;
   {
-    std::lock_guard lock(retry_mu_);
-    stopping_ = true;
+    std::lock_guard lock(retries_->mu);
+    retries_->stopping = true;
+    dropped.swap(retries_->calls);
   }
-  retry_cv_.notify_all();
-  if (retry_thread_.joinable()) retry_thread_.join();
+  retries_->cv.notify_all();
+  if (retry_thread_.joinable()) {
+    // Here on the retry thread itself, the thread goes on after this returns: it touches only
+    // the queue it shares, finds it stopping and ends.
+    if (retry_thread_.get_id() == std::this_thread::get_id()) {
+      retry_thread_.detach();
+    } else {
+      retry_thread_.join();
+    }
+  }
+  for (const auto& call : dropped) fail_unretried(*call);
+}
+
+void RpcClientImpl::fail_unretried(RpcCallState& call) {
+  call.finish(
+      Error(ErrorKind::usage, {.operation = "rpc '" + call.method + "'",
+                               .cause = "the RPC client was destroyed before the call's retry"}));
 }
 
 std::shared_ptr<RpcConnection> RpcClientImpl::open(std::size_t index) {
@@ -428,24 +445,37 @@ void RpcClientImpl::connection_failed(const std::shared_ptr<RpcCallState>& call,
   }
   base::log("rpc", base::LogLevel::info, "rpc '", call->method, "' to ", conn ? conn->name : "",
             " failed (", error.cause(), "); retrying it on a new connection");
-  std::lock_guard lock(retry_mu_);
-  retries_.push_back(call);
-  if (!retry_thread_.joinable()) retry_thread_ = std::thread([this] { retry_loop(); });
-  retry_cv_.notify_one();
+  std::lock_guard lock(retries_->mu);
+  retries_->calls.push_back(call);
+  if (!retry_thread_.joinable()) {
+    retry_thread_ =
+        std::thread([queue = retries_, client = weak_from_this()] { retry_loop(queue, client); });
+  }
+  retries_->cv.notify_one();
 }
 
-void RpcClientImpl::retry_loop() {
-  std::unique_lock lock(retry_mu_);
+void RpcClientImpl::retry_loop(const std::shared_ptr<RetryQueue>& queue,
+                               const std::weak_ptr<RpcClientImpl>& client) {
+  std::unique_lock lock(queue->mu);
   for (;;) {
-    retry_cv_.wait(lock, [&] { return stopping_ || !retries_.empty(); });
-    if (stopping_) return;
-    auto call = std::move(retries_.front());
-    retries_.pop_front();
+    queue->cv.wait(lock, [&] { return queue->stopping || !queue->calls.empty(); });
+    if (queue->stopping) return;
+    auto call = std::move(queue->calls.front());
+    queue->calls.pop_front();
     lock.unlock();
-    try {
-      issue(call, connection());
-    } catch (const Error& e) {
-      call->finish(call_error(*call, e.kind(), "retry failed: " + e.cause()));
+    {
+      // The client's last reference may be dropped in here (by a callback) or when `self`
+      // goes: its destructor then detaches this thread, which touches only `queue` after.
+      std::shared_ptr<RpcClientImpl> self = client.lock();
+      if (!self) {  // being destroyed: its destructor fails the calls left queued
+        fail_unretried(*call);
+        return;
+      }
+      try {
+        self->issue(call, self->connection());
+      } catch (const Error& e) {
+        call->finish(self->call_error(*call, e.kind(), "retry failed: " + e.cause()));
+      }
     }
     lock.lock();
   }

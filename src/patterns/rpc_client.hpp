@@ -100,7 +100,18 @@ class RpcClientImpl : public std::enable_shared_from_this<RpcClientImpl> {
   std::shared_ptr<RpcConnection> open(std::size_t address_index);
   // Sends the call's request on `connection` with a new id, the reply's receive posted first.
   void issue(const std::shared_ptr<RpcCallState>& call, std::shared_ptr<RpcConnection> connection);
-  void retry_loop();
+  // The retry thread's state, shared with it: the thread may outlive the client, whose last
+  // handle may go away on that very thread (a callback run by a failed retry holds it).
+  struct RetryQueue {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::shared_ptr<RpcCallState>> calls;
+    bool stopping = false;
+  };
+  static void retry_loop(const std::shared_ptr<RetryQueue>& queue,
+                         const std::weak_ptr<RpcClientImpl>& client);
+  // A queued retry the client goes away before: the call fails (usage, naming why).
+  static void fail_unretried(RpcCallState& call);
 
   ClientOptions options_;
   patterns::rpc::Limits limits_;
@@ -115,11 +126,8 @@ class RpcClientImpl : public std::enable_shared_from_this<RpcClientImpl> {
   std::size_t address_index_ = 0;
   std::atomic<std::size_t> pending_{0};
 
-  std::mutex retry_mu_;
-  std::condition_variable retry_cv_;
-  std::deque<std::shared_ptr<RpcCallState>> retries_;
-  bool stopping_ = false;
-  std::thread retry_thread_;  // started on the first retry
+  std::shared_ptr<RetryQueue> retries_ = std::make_shared<RetryQueue>();
+  std::thread retry_thread_;  // started on the first retry (under retries_->mu)
 };
 
 }  // namespace anview::detail

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "anview/anview.hpp"
@@ -492,6 +493,44 @@ TEST(Rpc, AConnectionClosedToTakeARequestBackReconnectsToTheSameServer) {
   }
   EXPECT_EQ(client.call_sync("echo", Message("again")).text(), "again");
   EXPECT_EQ(client.server(), first.address());
+}
+
+// The client's last handle may be dropped on the client's own retry thread: there, a retry
+// that cannot connect fails its call and runs the callback, which holds the handle. The client
+// goes away on that thread without joining it (std::terminate before), and the thread, which
+// outlives it, ends on its own.
+TEST(Rpc, AClientWhoseLastHandleGoesAwayOnItsRetryThreadEndsCleanly) {
+  RpcServer server = RpcServer::listen("127.0.0.1:0");
+  std::vector<Responder> parked;
+  std::mutex mu;
+  server.add_async_method("hang", [&](const CallContext&, const Message&, Responder r) {
+    std::lock_guard lock(mu);
+    parked.push_back(std::move(r));
+  });
+  std::optional<RpcClient> client =
+      RpcClient::connect(server.address(), {.connect_timeout = 300ms});
+  RpcCall call = client->call("hang", Message("x"), {.deadline = 20s, .idempotent = true});
+  for (int i = 0; i < 2000; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (!parked.empty()) break;
+    }
+    client->progress();
+    std::this_thread::sleep_for(1ms);
+  }
+  std::atomic<bool> failed{false};
+  std::atomic<std::thread::id> ran_on{};
+  call.on_complete([held = *client, &failed, &ran_on](const Message*, const Error* error) {
+    failed = error != nullptr;
+    ran_on = std::this_thread::get_id();
+  });
+  client.reset();  // the callback holds the last handle now
+  server.shutdown();
+  EXPECT_THROW(call.get(), Error);
+  EXPECT_TRUE(failed);
+  EXPECT_NE(ran_on.load(), std::this_thread::get_id()) << "the retry thread runs the callback";
+  std::lock_guard lock(mu);
+  parked.clear();
 }
 
 TEST(Rpc, ConnectingToNothingOrTheWrongServiceIsAClearError) {
