@@ -106,12 +106,19 @@ void check_all(Communicator& comm, std::size_t count) {
   comm.barrier();
 }
 
-// Each configuration forces one algorithm per collective that has several.
-const char* const configurations[] = {
-    "allreduce=recursive_doubling,broadcast=binomial,allgather=ring,"
-    "reduce_scatter=recursive_halving",
-    "allreduce=rabenseifner,broadcast=chain,allgather=bruck,alltoall=bruck",
-    "allreduce=ring,broadcast=chain,allgather=ring,reduce_scatter=ring"};
+// Each configuration forces one algorithm per collective that has several. One test each, so
+// that the three share CI's cores (ctest -j2, the TSan shards) instead of running in a row.
+struct Forced {
+  const char* name;
+  const char* algorithms;
+};
+const Forced configurations[] = {
+    {"DoublingBinomialRing",
+     "allreduce=recursive_doubling,broadcast=binomial,allgather=ring,"
+     "reduce_scatter=recursive_halving"},
+    {"RabenseifnerChainBruck",
+     "allreduce=rabenseifner,broadcast=chain,allgather=bruck,alltoall=bruck"},
+    {"RingChainRing", "allreduce=ring,broadcast=chain,allgather=ring,reduce_scatter=ring"}};
 
 // Under ThreadSanitizer (CI's stage for the threaded core) this test took 4.4 of that stage's
 // 7.2 minutes, most of it in the 33 and 64 rank runs; the races TSan looks for show with 16
@@ -127,25 +134,30 @@ constexpr int sweep_rank_counts[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 33};
 constexpr int sweep_rank_counts[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 33, 64};
 #endif
 
-TEST(CollectivesSweep, EveryCollectiveAndAlgorithmOnOneTo64ThreadRanks) {
+class CollectivesSweepForced : public ::testing::TestWithParam<Forced> {};
+
+TEST_P(CollectivesSweepForced, EveryCollectiveOnOneTo64ThreadRanks) {
   ScopedEnv transports("ANVIEW_TRANSPORTS", "inproc");
   ScopedEnv chunk("ANVIEW_COLL_CHUNK", "4096");  // 4099 int32 span several chunks
-  for (const char* forced : configurations) {
-    ScopedEnv algo("ANVIEW_ALGO", forced);
-    for (int n : sweep_rank_counts) {
-      SCOPED_TRACE(std::string(forced) + ", " + std::to_string(n) + " ranks");
-      run_ranks(
-          n,
-          [&](Communicator& comm) {
-            for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7},
-                                      static_cast<std::size_t>(n + 1), std::size_t{4099}}) {
-              check_all(comm, count);
-            }
-          },
-          std::chrono::seconds(120));
-    }
+  ScopedEnv algo("ANVIEW_ALGO", GetParam().algorithms);
+  for (int n : sweep_rank_counts) {
+    SCOPED_TRACE(std::string(GetParam().algorithms) + ", " + std::to_string(n) + " ranks");
+    run_ranks(
+        n,
+        [&](Communicator& comm) {
+          for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7},
+                                    static_cast<std::size_t>(n + 1), std::size_t{4099}}) {
+            check_all(comm, count);
+          }
+        },
+        std::chrono::seconds(120));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, CollectivesSweepForced, ::testing::ValuesIn(configurations),
+                         [](const ::testing::TestParamInfo<Forced>& param) {
+                           return std::string(param.param.name);
+                         });
 
 // The hierarchical forms forced, the ranks spread over emulated hosts two ways: round robin
 // over three hosts (a host's ranks are not consecutive, so the allgather's leaders pack and
