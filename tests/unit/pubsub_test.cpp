@@ -197,6 +197,31 @@ TEST(PubSub, EveryPublishThatReturnsWhileAnotherThreadClosesIsDelivered) {
   }
 }
 
+// close() ends a stream whose subscriber gave no credit in time: its flush times out, the end
+// goes out with the messages still queued counted as dropped. Credit that comes after the end
+// (the subscriber takes what it has) sends nothing more: a batch after the end would reach no
+// one and hold close() up (the large payload in flight keeps close() waiting meanwhile).
+TEST(PubSub, CreditThatComesAfterTheEndOfTheStreamSendsNothing) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0", {.block_timeout = 1000ms});
+  Subscriber subscriber = Subscriber::connect(publisher.address());
+  wait_for_subscribers(publisher, 1);
+  // The first four publishes go out at once, a batch each (the first credit); the large one is
+  // sent apart, by rendezvous. The other 197 wait, about 21 to a batch.
+  publisher.publish("t", Message(std::string(1 << 20, 'L')));
+  const std::string small(3000, 's');
+  for (int i = 0; i < 200; ++i) publisher.publish("t", Message(small));
+  std::jthread closing = test_thread([&] { publisher.close(); });
+  std::this_thread::sleep_for(1300ms);  // the flush timed out, the end is out
+  std::uint64_t delivered = 0;
+  while (auto d = subscriber.next(5s)) ++delivered;
+  closing.join();
+  EXPECT_GT(delivered, 1u);
+  EXPECT_LT(delivered, 201u);
+  EXPECT_EQ(publisher.stats().sent, delivered) << "a batch was sent after the end";
+  EXPECT_EQ(subscriber.stats().delivered, delivered);
+  EXPECT_EQ(subscriber.stats().dropped, 201u - delivered);
+}
+
 // Threads that keep publishing (or polling stats()) take the links' lock shared, one after
 // another: a subscriber that connects meanwhile, and close(), take it exclusively and must
 // still get it.
