@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -206,6 +208,10 @@ TEST(ShmEndpoint, RoundTripsAndRejectsOtherVersions) {
   EXPECT_FALSE(decode_endpoint(ours + " pid=1 fd=3 ring=1000 wake=x probe=10", back, &why));
   EXPECT_NE(why.find("'ring'"), std::string::npos) << why;
   EXPECT_FALSE(decode_endpoint(ours + " pid=1", back, &why));
+  // A field given twice does not stand in for a missing one (here the ring size, which would
+  // leave the writer's capacity 0 and its offsets unmasked).
+  EXPECT_FALSE(decode_endpoint(ours + " pid=1 fd=3 wake=x probe=1 probe=2", back, &why));
+  EXPECT_NE(why.find("repeats the 'probe' field"), std::string::npos) << why;
 }
 
 // A FrameSink that records what it is given.
@@ -296,6 +302,14 @@ class Ranks {
     base::Fd owned(fd);
     return map_shared(fd, slot_offset(from, e.ring_bytes), slot_bytes(e.ring_bytes), why);
   }
+  // The control page of rank `r`'s segment, mapped again by the test.
+  Mapping map_control(int r, std::string* why) {
+    Endpoint e;
+    decode_endpoint(infos_[static_cast<std::size_t>(r)].endpoints.at("shm"), e, why);
+    const int fd = open_peer_segment(e.pid, e.segment_fd, why);
+    base::Fd owned(fd);
+    return map_shared(fd, 0, page_bytes, why);
+  }
   RecordingSink& sink(int r) { return sinks_[static_cast<std::size_t>(r)]; }
   ShmTransport& transport(int r) { return *transports_[static_cast<std::size_t>(r)]; }
   PeerInfo& info(int r) { return infos_[static_cast<std::size_t>(r)]; }
@@ -373,28 +387,84 @@ TEST(ShmTransport, CorruptRingFailsOnlyThatPeerWithAProtocolError) {
   EXPECT_EQ(ranks.sink(0).failures.count(2), 0u);
 }
 
-TEST(ShmTransport, RingOfAnotherLayoutVersionIsALinkError) {
-  Ranks ranks(2);
-  ranks.connect_rank(0);  // rank 0 prepares the ring rank 1 will write to
+// Rank 0 prepares its segment and the ring rank 1 will write to; `tamper` changes them (as a
+// hostile local process with the same rights could) before rank 1 attaches. Rank 1's setup
+// failure, if any.
+std::optional<Error> attach_after(
+    Ranks& ranks, const std::function<void(RingControl&, SegmentControl&)>& tamper) {
+  ranks.connect_rank(0);
   std::string why;
   Mapping ring = ranks.map_ring(1, 0, &why);
-  ASSERT_TRUE(ring) << why;
+  Mapping page = ranks.map_control(0, &why);
+  EXPECT_TRUE(ring && page) << why;
+  if (!ring || !page) return std::nullopt;
   auto* control = reinterpret_cast<RingControl*>(ring.data());
-  ASSERT_EQ(control->ready.load(), 1u);
-  control->version = 9;  // as a build with another ring layout would
+  EXPECT_EQ(control->ready.load(), 1u);
+  tamper(*control, *reinterpret_cast<SegmentControl*>(page.data()));
   ranks.connect_rank(1);
   for (int i = 0; i < 10; ++i) ranks.poll();
-  const auto failure = ranks.transport(1).setup_failure();
+  return ranks.transport(1).setup_failure();
+}
+
+TEST(ShmTransport, RingOfAnotherLayoutVersionIsALinkError) {
+  Ranks ranks(2);
+  // As a build with another ring layout would.
+  const auto failure =
+      attach_after(ranks, [](RingControl& ring, SegmentControl&) { ring.version = 9; });
   ASSERT_TRUE(failure.has_value());
   EXPECT_EQ(failure->kind(), ErrorKind::link);
   EXPECT_EQ(failure->context().peer, 0);
   EXPECT_NE(std::string(failure->what()).find("version 9"), std::string::npos) << failure->what();
 
   // A peer that advertises another endpoint version is not reachable, with the reason.
+  std::string why;
   PeerInfo other = ranks.info(1);
   other.endpoints["shm"] = "v9 pid=1 fd=3 ring=524288 wake=x probe=10";
   EXPECT_FALSE(ranks.transport(0).can_reach(other, &why));
   EXPECT_NE(why.find("v9"), std::string::npos) << why;
+}
+
+// A ring prepared for us that does not start at 0: the writer would place its first record by
+// the peer's numbers (at capacity - 8: a pad's length wraps, and its flag lands past the ring).
+TEST(ShmTransport, ARingThatDoesNotStartAtZeroIsALinkError) {
+  Ranks ranks(2);
+  const auto failure = attach_after(ranks, [](RingControl& ring, SegmentControl&) {
+    ring.head.store(ring.capacity - 8);
+    ring.tail.store(ring.capacity - 8);
+  });
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->kind(), ErrorKind::link);
+  EXPECT_EQ(failure->context().peer, 0);
+  EXPECT_NE(std::string(failure->what()).find("head"), std::string::npos) << failure->what();
+}
+
+// A segment whose header claims more slots than the job has ranks: the shared area would be
+// mapped past the end of the file, and fault (SIGBUS) at its first use.
+TEST(ShmTransport, ASegmentWithMoreSlotsThanRanksIsALinkError) {
+  Ranks ranks(2);
+  const auto failure =
+      attach_after(ranks, [](RingControl&, SegmentControl& segment) { segment.slots = 1000; });
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->context().peer, 0);
+  EXPECT_NE(std::string(failure->what()).find("1000 slots"), std::string::npos) << failure->what();
+}
+
+// The rank a closing peer names as the cause comes from memory the peer writes: one that is
+// not a rank of the job is not passed on as the error's peer.
+TEST(ShmTransport, ACloseCauseThatIsNoRankNamesTheClosingPeer) {
+  Ranks ranks(2);
+  ranks.connect();
+  std::string why;
+  Mapping ring = ranks.map_ring(1, 0, &why);
+  ASSERT_TRUE(ring) << why;
+  auto* control = reinterpret_cast<RingControl*>(ring.data());
+  control->close_cause.store(1 << 20);
+  control->producer_closed.store(1);
+  for (int i = 0; i < 100 && ranks.sink(0).failures.count(1) == 0; ++i) ranks.poll();
+  ASSERT_EQ(ranks.sink(0).failures.count(1), 1u);
+  const Error& e = *ranks.sink(0).failures.at(1);
+  EXPECT_EQ(e.kind(), ErrorKind::peer_lost) << e.what();
+  EXPECT_EQ(e.context().peer, 1) << e.what();
 }
 
 TEST(ShmTransport, PeersOnOtherHostsAreNotReachable) {

@@ -1,12 +1,14 @@
 #include "transport/shm/connection.hpp"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -51,6 +53,14 @@ Connection::Connection(ShmTransport& owner, int peer, const Endpoint& endpoint)
   peer_wake_len_ = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
 }
 
+namespace {
+std::string hex(std::uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%x", value);
+  return text;
+}
+}  // namespace
+
 bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try_single_copy,
                         std::string* why) {
   const int me = owner_.rank();
@@ -61,15 +71,24 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   peer_control_page_ = map_shared(fd, 0, page_bytes, why);
   if (!peer_control_page_) return false;
   peer_control_ = reinterpret_cast<SegmentControl*>(peer_control_page_.data());
-  if (peer_control_->magic != segment_magic || peer_control_->version != segment_version ||
-      peer_control_->ring_bytes != endpoint_.ring_bytes ||
-      peer_control_->slots <= static_cast<std::uint32_t>(me) ||
-      peer_control_->area_bytes != area_bytes) {
+  // Each field read once (the peer can write them meanwhile), and the segment as large as they
+  // say: a mapping past the end of the peer's file maps, and faults (SIGBUS) at first touch.
+  const std::uint32_t magic = peer_control_->magic, version = peer_control_->version,
+                      slots = peer_control_->slots, areas = peer_control_->area_bytes;
+  const std::uint64_t ring_bytes = peer_control_->ring_bytes;
+  struct stat file {};
+  const bool sized = ::fstat(fd, &file) == 0 &&
+                     static_cast<std::uint64_t>(file.st_size) >=
+                         area_offset(static_cast<int>(slots), endpoint_.ring_bytes) + area_bytes;
+  if (magic != segment_magic || version != segment_version || ring_bytes != endpoint_.ring_bytes ||
+      slots != static_cast<std::uint32_t>(owner_.world_size()) || areas != area_bytes || !sized) {
     if (why) {
-      *why = "its segment is not an anview v" + std::to_string(segment_version) +
-             " segment with a slot for rank " + std::to_string(me) + " (magic 0x" +
-             std::to_string(peer_control_->magic) + ", version " +
-             std::to_string(peer_control_->version) + ")";
+      *why = "its segment is not an anview v" + std::to_string(segment_version) + " segment of " +
+             std::to_string(owner_.world_size()) + " slots of " +
+             std::to_string(endpoint_.ring_bytes) + "-byte rings (magic " + hex(magic) +
+             ", version " + std::to_string(version) + ", " + std::to_string(slots) + " slots of " +
+             std::to_string(ring_bytes) + " bytes, " +
+             std::string(sized ? "a file large enough" : "a file too small for them") + ")";
     }
     return false;
   }
@@ -77,9 +96,8 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
       map_shared(fd, slot_offset(me, endpoint_.ring_bytes), slot_bytes(endpoint_.ring_bytes), why);
   if (!out_slot_) return false;
   out_control_ = reinterpret_cast<RingControl*>(out_slot_.data());
-  peer_area_ =
-      map_shared(fd, area_offset(static_cast<int>(peer_control_->slots), endpoint_.ring_bytes),
-                 area_bytes, why, false);
+  peer_area_ = map_shared(fd, area_offset(static_cast<int>(slots), endpoint_.ring_bytes),
+                          area_bytes, why, false);
   if (!peer_area_) return false;
 
   // The ring we read: slot `peer` of our segment. We are its consumer and initialise it.
@@ -114,13 +132,20 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
 bool Connection::check_up(std::string* why) {
   if (state_ != State::connecting) return state_ == State::up;
   if (out_control_->ready.load(std::memory_order_acquire) == 0) return false;
+  // A ring nothing went through yet starts at 0: a writer that began elsewhere would place
+  // its first records by the peer's numbers (RingWriter::attach starts at 0 whatever is there).
   if (out_control_->magic != ring_magic || out_control_->version != ring_version ||
-      out_control_->capacity != endpoint_.ring_bytes) {
+      out_control_->capacity != endpoint_.ring_bytes ||
+      out_control_->head.load(std::memory_order_relaxed) != 0 ||
+      out_control_->tail.load(std::memory_order_relaxed) != 0) {
     if (why) {
       *why = "the ring rank " + std::to_string(peer_) + " prepared for us has version " +
-             std::to_string(out_control_->version) + " and capacity " +
-             std::to_string(out_control_->capacity) + "; expected v" +
-             std::to_string(ring_version) + " and " + std::to_string(endpoint_.ring_bytes);
+             std::to_string(out_control_->version) + ", capacity " +
+             std::to_string(out_control_->capacity) + ", head " +
+             std::to_string(out_control_->head.load(std::memory_order_relaxed)) + " and tail " +
+             std::to_string(out_control_->tail.load(std::memory_order_relaxed)) + "; expected v" +
+             std::to_string(ring_version) + ", " + std::to_string(endpoint_.ring_bytes) +
+             ", 0 and 0";
     }
     return false;
   }
@@ -276,7 +301,11 @@ bool Connection::work_pending(bool read_head) const {
 bool Connection::receive(bool may_defer) {
   if (state_ != State::up) return false;
   bool worked = false;
-  while (state_ == State::up && !paused_.load(std::memory_order_relaxed)) {
+  // At most a ring's worth of records per call: a producer that keeps writing records ahead
+  // of us (its numbers come from memory it can write) must not hold the progress lock forever.
+  // What is left is read in the next round, which this one's work asks for.
+  std::size_t budget = in_.capacity() / record_align;
+  while (budget-- > 0 && state_ == State::up && !paused_.load(std::memory_order_relaxed)) {
     RingReader::Record record;
     std::string error;
     if (!in_.peek(record, error, /*announced_only=*/worked)) {
@@ -512,7 +541,7 @@ std::optional<Error> Connection::peer_closed_error() const {
   const int cause = in_control_->close_cause.load(std::memory_order_relaxed);
   ErrorContext ctx = owner_.error_context(peer_, "transfer");
   const std::string closer = "rank " + std::to_string(peer_);
-  if (cause >= 0 && cause != peer_ && cause != owner_.rank()) {
+  if (cause >= 0 && cause < owner_.world_size() && cause != peer_ && cause != owner_.rank()) {
     ctx.peer = cause;  // name the rank whose loss started it
     ctx.cause = closer + " closed its link to this rank after it lost rank " +
                 std::to_string(cause) + " (and withdrew the buffers it had offered)";

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <iterator>
 #include <sstream>
 
 #include "base/socket.hpp"
@@ -45,7 +46,10 @@ bool decode_endpoint(const std::string& text, Endpoint& out, std::string* why) {
     return false;
   }
   Endpoint e;
-  int fields = 0;
+  // The five fields each once: one repeated must not stand in for one missing (a missing ring
+  // size would leave the ring's capacity 0, and a writer's offsets unmasked).
+  static constexpr const char* required[] = {"pid", "fd", "ring", "wake", "probe"};
+  unsigned seen = 0;
   while (in >> word) {
     const auto eq = word.find('=');
     if (eq == std::string::npos) continue;
@@ -76,9 +80,15 @@ bool decode_endpoint(const std::string& text, Endpoint& out, std::string* why) {
       if (why) *why = "its shm endpoint has a bad '" + key + "' field: '" + value + "'";
       return false;
     }
-    ++fields;
+    unsigned bit = 0;
+    while (key != required[bit]) ++bit;  // one of them: other keys were skipped above
+    if ((seen & (1u << bit)) != 0) {
+      if (why) *why = "its shm endpoint repeats the '" + key + "' field: '" + text + "'";
+      return false;
+    }
+    seen |= 1u << bit;
   }
-  if (fields < 5) {
+  if (seen != (1u << std::size(required)) - 1) {
     if (why) *why = "its shm endpoint lacks fields: '" + text + "'";
     return false;
   }

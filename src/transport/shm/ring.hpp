@@ -143,8 +143,10 @@ class RingWriter {
     data_ = data;
     capacity_ = capacity;
     salt_ = control->flag_salt;
-    head_ = control->head.load(std::memory_order_relaxed);
-    tail_ = control->tail.load(std::memory_order_acquire);
+    // A new ring (Connection::check_up() saw both at 0): not read again, the peer may have
+    // written them since.
+    head_ = 0;
+    tail_ = 0;
     unpublished_.reserve(64);
   }
   bool attached() const { return control_ != nullptr; }
@@ -230,6 +232,7 @@ class RingReader {
     tail_ = control->tail.load(std::memory_order_relaxed);
   }
   bool attached() const { return control_ != nullptr; }
+  std::size_t capacity() const { return capacity_; }
 
   // True when the producer published records we have not consumed: the next record is in
   // place, or `head` says there is one (seq_cst: pairs with the sleeping flag, see

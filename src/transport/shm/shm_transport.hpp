@@ -54,6 +54,7 @@ class ShmTransport final : public Transport, private base::FdHandler {
   FrameSink& sink() { return *context_.sink; }
   std::uint32_t max_frame() const { return max_frame_; }  // ANVIEW_MAX_FRAME
   int rank() const { return context_.rank; }
+  int world_size() const { return context_.world_size; }
   int wake_socket() const { return wake_socket_.get(); }
   std::size_t single_copy_bytes() const { return single_copy_bytes_; }
   std::size_t split_bytes() const { return split_bytes_; }
