@@ -231,6 +231,18 @@ TEST_P(StoreTest, BlockingGetIsReleasedByALaterSet) {
   }
 }
 
+// milliseconds::max(), meant as "no end": it once overflowed the deadline, and the get failed
+// at once ("was not set within 9223372036854775807 ms").
+TEST_P(StoreTest, ATimeoutTooLongForTheClockMeansNoEnd) {
+  std::string got;
+  std::jthread getter =
+      test_thread([&] { got = store().get_string("no-end", std::chrono::milliseconds::max()); });
+  std::this_thread::sleep_for(100ms);
+  client(2).set("no-end", std::string("arrived"));
+  getter.join();
+  EXPECT_EQ(got, "arrived");
+}
+
 TEST_P(StoreTest, WaitIsReleasedWhenTheLastKeyArrives) {
   std::jthread waiter = test_thread([&] { client(3).wait({"k1", "k2", "k3"}, 5s); });
   store().set("k2", std::string("2"));
