@@ -39,6 +39,12 @@ std::vector<char> frame_bytes(std::uint32_t payload_bytes, std::uint64_t tag,
   return bytes;
 }
 
+// One stream per path, every path over lo: the links these tests write to by hand.
+struct OneStreamOverLo {
+  ScopedEnv streams{"ANVIEW_TCP_STREAMS", "1"};
+  ScopedEnv ifaces{"ANVIEW_IFACES", "lo"};
+};
+
 // Rank 1 admits the raw rank 0's stream (path 0 of `path_count`) and answers its handshake.
 base::Fd connected_rank_zero(TcpRankOne& rank1, std::uint8_t path_count) {
   base::Fd peer = rank1.connect();
@@ -59,8 +65,7 @@ base::Fd connected_rank_zero(TcpRankOne& rank1, std::uint8_t path_count) {
 // waiting with the socket empty. Before, it kept the 90 KB threshold, so a small frame that
 // came next never woke it: the link hung until the timeout.
 TEST(TcpReading, AFrameAfterAHeldBackOneWakesTheStreamWhateverItsSize) {
-  const ScopedEnv streams("ANVIEW_TCP_STREAMS", "1");
-  const ScopedEnv ifaces("ANVIEW_IFACES", "lo");
+  const OneStreamOverLo settings;
   TakingSink sink;
   TcpRankOne rank1(sink, 11);
   const base::Fd peer = connected_rank_zero(rank1, 1);
@@ -96,8 +101,7 @@ TEST(TcpReading, AFrameAfterAHeldBackOneWakesTheStreamWhateverItsSize) {
 // region that is gone) has arrived all the same and must count: before, it did not, and the
 // acknowledgement stayed below it for good, so every later send to that rank waited forever.
 TEST(TcpReading, AChunkTheSinkRefusedIsAcknowledgedLikeAnyOther) {
-  const ScopedEnv streams("ANVIEW_TCP_STREAMS", "1");
-  const ScopedEnv ifaces("ANVIEW_IFACES", "lo");
+  const OneStreamOverLo settings;
   TakingSink sink;
   TcpRankOne rank1(sink, 12);
   const base::Fd peer = connected_rank_zero(rank1, 2);  // a multi-path link
@@ -163,6 +167,15 @@ long chunks_waiting(TcpTransport& tcp) {
   return std::stol(text.substr(open + 1, at - open - 1));
 }
 
+// The raw rank 0's two paths to rank 1 (path 0 first), both up.
+void open_two_paths(TcpRankOne& rank1, base::Fd (&paths)[2]) {
+  paths[0] = connected_rank_zero(rank1, 2);
+  paths[1] = connect_path(rank1, 1, 2);
+  ASSERT_TRUE(paths[0].valid() && paths[1].valid());
+  TcpTransport& tcp = rank1.transport();
+  ASSERT_TRUE(rank1.drive_until([&] { return paths_up(tcp) == 2; }, 2s)) << tcp.describe_peer(0);
+}
+
 // Takes what the socket holds now, without waiting.
 std::size_t take_available(int fd, std::vector<char>& into, std::size_t most) {
   const std::size_t had = into.size();
@@ -201,17 +214,15 @@ int path_of_first_chunk(TcpRankOne& rank1, const base::Fd (&paths)[2]) {
 // written from that buffer all the same (memory the caller freed: here, bytes it wrote after
 // the send completed went out); now the acknowledgement takes the copy out of the queue.
 TEST(TcpReading, AnAcknowledgedChunkSentAgainIsNotWrittenFromTheCallersBuffer) {
-  const ScopedEnv streams("ANVIEW_TCP_STREAMS", "1");
-  const ScopedEnv ifaces("ANVIEW_IFACES", "lo");
+  const OneStreamOverLo settings;
   // Small socket buffers: what a stream queued stays in its queue while the peer reads little.
   const ScopedEnv buffers("ANVIEW_TCP_SOCKBUF", "65536");
   TakingSink sink;
   TcpRankOne rank1(sink, 13);
-  base::Fd paths[2] = {connected_rank_zero(rank1, 2), connect_path(rank1, 1, 2)};
-  ASSERT_TRUE(paths[0].valid() && paths[1].valid());
+  base::Fd paths[2];
+  ASSERT_NO_FATAL_FAILURE(open_two_paths(rank1, paths));
   for (const auto& fd : paths) base::set_buffer_sizes(fd.get(), 65536);
   TcpTransport& tcp = rank1.transport();
-  ASSERT_TRUE(rank1.drive_until([&] { return paths_up(tcp) == 2; }, 2s)) << tcp.describe_peer(0);
 
   // The chunk, first: it goes out at once on one path (the "first").
   std::vector<char> chunk(4096, 'c');
@@ -296,8 +307,7 @@ TEST(TcpReading, AnAcknowledgedChunkSentAgainIsNotWrittenFromTheCallersBuffer) {
 // dropped it, then lost the original with the path: the message never completed. Now a path
 // that comes up carries the news of every failed path first.
 TEST(TcpReading, APathThatComesUpTellsOfTheFailedPathsBeforeAnyCopy) {
-  const ScopedEnv streams("ANVIEW_TCP_STREAMS", "1");
-  const ScopedEnv ifaces("ANVIEW_IFACES", "lo");
+  const OneStreamOverLo settings;
   const ScopedEnv buffers("ANVIEW_TCP_SOCKBUF", "65536");
   TakingSink sink;
   TcpRankOne rank1(sink, 14);
@@ -348,6 +358,33 @@ TEST(TcpReading, APathThatComesUpTellsOfTheFailedPathsBeforeAnyCopy) {
       << tcp.describe_peer(0);
   EXPECT_TRUE(told) << "the copy of the chunk came on path 2 before the news that path " << first
                     << " failed";
+}
+
+// A frame cut off when its path failed is finished by its copy on another path, which lands
+// where the original began: the copy must be that frame. One announcing another size (a buggy
+// or hostile peer) wrote its whole payload into the original's landing, past its end; it is a
+// protocol error now.
+TEST(TcpReading, ACopyOfACutOffFrameThatAnnouncesAnotherSizeIsAProtocolError) {
+  const OneStreamOverLo settings;
+  TakingSink sink;
+  TcpRankOne rank1(sink, 17);
+  base::Fd paths[2];
+  ASSERT_NO_FATAL_FAILURE(open_two_paths(rank1, paths));
+  TcpTransport& tcp = rank1.transport();
+  // Ordered frame 1 of 100 bytes, cut off after 50 on path 0, which then fails.
+  const std::vector<char> original = frame_bytes(100, 5, 1);
+  send_bytes(paths[0].get(), original.data(), sizeof(WireHeader) + 50);
+  ASSERT_TRUE(rank1.drive_until([&] { return sink.started == 1; }, 2s));
+  ASSERT_EQ(sink.landing.size(), 100u);
+  paths[0].reset();
+  ASSERT_TRUE(rank1.drive_until([&] { return paths_up(tcp) == 1; }, 2s)) << tcp.describe_peer(0);
+  // Its "copy" on path 1 announces 100000 bytes.
+  const std::vector<char> copy = frame_bytes(100000, 5, 1);
+  send_bytes(paths[1].get(), copy.data(), copy.size());
+  ASSERT_TRUE(rank1.drive_until([&] { return sink.peer_failures > 0; }, 2s))
+      << tcp.describe_peer(0);
+  EXPECT_EQ(sink.peer_failures, 1);
+  EXPECT_EQ(sink.done, 0);
 }
 
 }  // namespace

@@ -77,7 +77,20 @@ Landing TcpTransport::deliver_sequenced(Connection& conn, PeerLink& link, const 
     // Sent again after a path failed: finish a frame that was cut off, drop any other copy.
     auto it = link.interrupted.find(wire.seq);
     if (it != link.interrupted.end()) {
-      if (it->second != nullptr) return Landing{it->second, false};
+      // The copy lands where the original began: it must be that frame, of that size.
+      const FrameHeader& cut = it->second.header;
+      if (cut.type != header.type || cut.payload_bytes != header.payload_bytes ||
+          cut.tag != header.tag || cut.id != header.id || cut.arg != header.arg) {
+        ErrorContext ctx = error_context(peer, "transfer");
+        ctx.cause =
+            "the copy of frame " + std::to_string(number) + " (cut off when a path failed) " +
+            "announces " + std::to_string(header.payload_bytes) + " bytes of type " +
+            std::to_string(header.type) + ", the original " + std::to_string(cut.payload_bytes) +
+            " bytes of type " + std::to_string(cut.type);
+        fail_link(peer, Error(ErrorKind::protocol, std::move(ctx)));
+        return {};
+      }
+      if (it->second.landing != nullptr) return Landing{it->second.landing, false};
       return Landing{conn.discard_landing(header.payload_bytes), false};  // the sink refused it
     }
     link.ack_due = true;  // the sender missed our acknowledgement
@@ -105,7 +118,7 @@ Landing TcpTransport::deliver_sequenced(Connection& conn, PeerLink& link, const 
 void TcpTransport::on_frame_interrupted(Connection& conn, const WireHeader& wire, char* landing) {
   if (conn.peer() < 0 || wire.seq == 0 || wire.frame.type >= frame_goodbye) return;
   PeerLink& link = peers_[static_cast<std::size_t>(conn.peer())];
-  if (link.reliable && !link.failed) link.interrupted[wire.seq] = landing;
+  if (link.reliable && !link.failed) link.interrupted[wire.seq] = {wire.frame, landing};
 }
 
 void TcpTransport::send_ack(int peer) {

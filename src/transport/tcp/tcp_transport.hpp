@@ -158,8 +158,13 @@ class TcpTransport final : public Transport, private base::FdHandler {
     std::uint64_t ordered_done = 0;     // arrived whole
     SeqSet chunks_started;
     SeqSet chunks_done;
-    // seq -> landing of a frame cut off midway (null: the sink refused it)
-    std::map<std::uint64_t, char*> interrupted;
+    // seq -> a frame cut off midway: its header (a copy must announce the same frame) and its
+    // landing (null: the sink refused it)
+    struct CutOff {
+      FrameHeader header;
+      char* landing = nullptr;
+    };
+    std::map<std::uint64_t, CutOff> interrupted;
     // Flow control.
     bool peer_grants = false;           // the peer grants credit: our data streams wait for it
     base::Clock::time_point data_at{};  // when data last arrived from the peer
