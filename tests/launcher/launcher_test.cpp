@@ -358,6 +358,22 @@ TEST(Launcher, AStopSignalDropsOutputThatWaitsForAStalledReader) {
       << r.err;
 }
 
+// Ranks that ended by themselves leave their output to a reader that does not read: the
+// launcher waits for it as cat would, but not past the job's --timeout (it waited without end).
+TEST(Launcher, TheTimeoutHoldsWhileOutputWaitsForAStalledReader) {
+  Launcher launcher({"-n", "2", "--timeout", "2", "--tag-output", "/bin/sh", "-c",
+                     "yes | head -c 300000; echo done >&2"});
+  launcher.read_stdout(false);
+  ASSERT_TRUE(launcher.wait_for_stderr("[0] done"));
+  ASSERT_TRUE(launcher.wait_for_stderr("[1] done"));
+  const auto r = launcher.finish(std::chrono::seconds(8));
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_LT(r.seconds, 5.0);
+  EXPECT_NE(r.err.find("the job ran past --timeout 2 s while"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bytes of output waited for their reader; dropping them"), std::string::npos)
+      << r.err;
+}
+
 TEST(Launcher, ExitCodeIsTheFailingRanks) {
   const auto r = run({"-n", "3", "/bin/sh", "-c", "[ \"$ANVIEW_RANK\" = 1 ] && exit 3; exit 0"});
   EXPECT_EQ(r.exit_code, 3);

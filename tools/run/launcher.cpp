@@ -293,9 +293,10 @@ void Job::say(const std::string& message) {
 
 void Job::flush_output() {
   // A job that was stopped (a failure, --timeout, a signal) waits for its reader no longer than
-  // it gave its ranks to end after SIGTERM; one that ended by itself waits as cat would.
-  const Clock::time_point deadline =
-      phase_ == Phase::running ? Clock::time_point::max() : Clock::now() + options_.kill_after;
+  // it gave its ranks to end after SIGTERM; one that ended by itself waits as cat would, until
+  // its --timeout if it has one.
+  const bool stopped = phase_ != Phase::running;
+  const Clock::time_point deadline = stopped ? Clock::now() + options_.kill_after : job_deadline_;
   const auto give_up = [&](const std::string& why) {
     const std::size_t dropped = output_.out().queued() + output_.err().queued();
     output_.drop();
@@ -305,7 +306,12 @@ void Job::flush_output() {
   std::vector<pollfd> fds;
   while (output_.queued()) {
     if (Clock::now() >= deadline) {
-      give_up("the job was stopped " + seconds_text(options_.kill_after) + " ago");
+      if (stopped) {
+        give_up("the job was stopped " + seconds_text(options_.kill_after) + " ago");
+      } else {
+        if (!exit_code_) exit_code_ = exit_timeout;
+        give_up("the job ran past --timeout " + seconds_text(*options_.timeout));
+      }
       return;
     }
     fds.clear();
