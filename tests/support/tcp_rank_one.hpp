@@ -55,7 +55,10 @@ struct TakingSink final : transport::FrameSink {
 
 class TcpRankOne {
  public:
-  TcpRankOne(transport::FrameSink& sink, std::uint64_t job_id) : job_id_(job_id) {
+  // `peer_host`: rank 0's host id (another than rank 1's "test-host": rank 1 grants it credit).
+  TcpRankOne(transport::FrameSink& sink, std::uint64_t job_id,
+             const std::string& peer_host = "test-host")
+      : job_id_(job_id) {
     const transport::TransportContext context{.rank = 1,
                                               .world_size = 2,
                                               .job_id = job_id,
@@ -68,7 +71,7 @@ class TcpRankOne {
     transport_->describe_self(self);
     const std::string& address = self.tcp_addresses.at(0);
     port_ = static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
-    transport_->connect({transport::PeerInfo{.rank = 0, .host_id = "test-host"}});
+    transport_->connect({transport::PeerInfo{.rank = 0, .host_id = peer_host}});
   }
 
   transport::tcp::TcpTransport& transport() { return *transport_; }

@@ -4,6 +4,7 @@
 // amount on its link instead of filling every queue on the way. Stream 0 (ordered frames)
 // never waits for credit.
 #include <algorithm>
+#include <functional>
 
 #include "transport/tcp/multipath.hpp"
 #include "transport/tcp/tcp_transport.hpp"
@@ -73,13 +74,25 @@ void TcpTransport::grant_if_due(PeerLink& link, Connection& conn, base::Clock::t
     grant_credit(conn, conn.credited_received() + window);
 }
 
-void TcpTransport::grants_after_path_up(PeerLink& link) {
+void TcpTransport::each_granted_stream(PeerLink& link, bool up_paths_only,
+                                       const std::function<void(Connection&)>& fn) {
   if (!grants_credit(link) || stream_count_ < 2 || link.failed) return;
-  const auto now = base::Clock::now();
-  for (auto& path : link.paths)
+  for (auto& path : link.paths) {
+    if (up_paths_only && path.state != Path::State::up) continue;
     for (std::size_t s = 1; s < path.streams.size(); ++s)
       if (path.streams[s] && path.streams[s]->state() == Connection::State::established)
-        grant_if_due(link, *path.streams[s], now);
+        fn(*path.streams[s]);
+  }
+}
+
+void TcpTransport::grants_after_path_up(PeerLink& link) {
+  const auto now = base::Clock::now();
+  each_granted_stream(link, false, [&](Connection& conn) { grant_if_due(link, conn, now); });
+}
+
+void TcpTransport::grants_after_path_failed(PeerLink& link) {
+  // Repeats raise nothing: a sender takes a grant only above the limit it has.
+  each_granted_stream(link, true, [&](Connection& conn) { grant_credit(conn, conn.granted()); });
 }
 
 void TcpTransport::grant_credit(Connection& conn, std::uint64_t limit) {

@@ -249,9 +249,10 @@ void TcpTransport::path_failed(int peer, int index, const std::string& cause, bo
   path.resent_frames += resent;
   pump_ordered(peer);
   feed(peer);
-  // An acknowledgement lost with the path would leave the peer's sends waiting.
+  // An acknowledgement or a grant lost with the path would leave the peer's sends waiting.
   link.ack_due = true;
   send_ack(peer);
+  grants_after_path_failed(link);
 }
 
 void TcpTransport::tell_path_down(Path& carrier, int index, std::uint16_t generation) {

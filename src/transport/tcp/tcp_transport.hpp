@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -234,6 +235,14 @@ class TcpTransport final : public Transport, private base::FdHandler {
   void grant_if_due(PeerLink& link, Connection& conn, base::Clock::time_point now);
   // A path came up: grants that found no stream to carry them go out now.
   void grants_after_path_up(PeerLink& link);
+  // A path failed: the grants of the streams left go again on the streams left. Those that
+  // went out on the failed path (all of them travel on the control path) may be lost with it,
+  // and a sender that used up its credit would wait for them while we wait for its data.
+  void grants_after_path_failed(PeerLink& link);
+  // `fn` for each established data stream of `link` whose peer we grant credit (of the paths
+  // up only, or of every path).
+  void each_granted_stream(PeerLink& link, bool up_paths_only,
+                           const std::function<void(Connection&)>& fn);
   int active_senders(base::Clock::time_point now) const;
   void on_acknowledged(int peer, std::uint64_t ordered, std::uint64_t chunks);
   // Takes the copies of an acknowledged frame that was sent again out of the stream queues.
