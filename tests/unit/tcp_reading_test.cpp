@@ -457,5 +457,30 @@ TEST(TcpReading, GrantsLostWithTheControlPathGoAgainOnThePathsLeft) {
     fprintf(stderr, "DEBUG p0 grant %lu\n", (unsigned long)g);
 }
 
+// A peer that does not read (a busy application; its unexpected-message budget full) closes
+// its receive window, and our kernel probes the window at growing gaps, each probe answered.
+// That is not a dead path: it was taken for one (the probes' backoff counted as unacknowledged
+// data, for as long as since the last answer), the paths failed over one after the other, and
+// after the link timeout the link failed.
+TEST(TcpReading, APeerThatDoesNotReadIsNoDeadPath) {
+  const OneStreamOverLo settings;
+  const ScopedEnv buffers("ANVIEW_TCP_SOCKBUF", "65536");
+  const ScopedEnv link_timeout("ANVIEW_TCP_LINK_TIMEOUT", "2s");
+  TakingSink sink;
+  TcpRankOne rank1(sink, 23);
+  base::Fd paths[2];
+  ASSERT_NO_FATAL_FAILURE(open_two_paths(rank1, paths));
+  TcpTransport& tcp = rank1.transport();
+  const std::vector<char> payload(64 << 10, 'p');
+  FrameHeader header;
+  header.type = 1;
+  header.payload_bytes = static_cast<std::uint32_t>(payload.size());
+  for (int i = 0; i < 200; ++i)
+    tcp.post_send(0, header, payload.data(), Ordering::ordered, [](const Error*) {});
+  rank1.drive_until([] { return false; }, 3s);  // rank 0 reads nothing meanwhile
+  EXPECT_EQ(paths_up(tcp), 2) << tcp.describe_peer(0);
+  EXPECT_EQ(sink.peer_failures, 0) << tcp.describe_peer(0);
+}
+
 }  // namespace
 }  // namespace anview::transport::tcp

@@ -178,7 +178,13 @@ bool Connection::kernel_state(KernelState* state) const {
   tcp_info info{};
   socklen_t len = sizeof info;
   if (::getsockopt(fd_.get(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
-  const bool outstanding = info.tcpi_unacked > 0 || info.tcpi_probes > 0 || info.tcpi_backoff > 0;
+  // Unacknowledged data, or probes of the peer's closed window that went unanswered. A peer
+  // that does not read (its window closed) answers our kernel's probes, at growing gaps, and
+  // its kernel limits those answers to one per 500 ms (tcp_invalid_ratelimit): one probe out
+  // (and the probes' backoff) is such a peer, not a dead path; a second probe unanswered is.
+  // (Counted as unacknowledged, the probe and the backoff made a path whose peer was busy for
+  // half a second fail over, and after ANVIEW_TCP_LINK_TIMEOUT the whole link fail.)
+  const bool outstanding = info.tcpi_unacked > 0 || info.tcpi_probes > 1;
   state->unacked_ms = outstanding ? info.tcpi_last_ack_recv : 0;
   state->rtt_us = info.tcpi_rtt;
   state->delivery_rate = info.tcpi_delivery_rate;
