@@ -97,7 +97,14 @@ void TcpStoreServer::loop() {
       const std::uint64_t token = events[i].data.u64;
       if (token == wake_token) return;
       if (token == listener_token) {
-        accept_all();
+        // A connection that cannot be set up (out of memory, a TLS session refused) is lost
+        // alone: the server goes on serving, and accepting (the listener stays readable).
+        try {
+          accept_all();
+        } catch (const std::exception& e) {
+          base::log("store", LogLevel::warn, name_,
+                    ": dropped a connection it could not set up: ", e.what());
+        }
         continue;
       }
       // The connection may have been dropped by an earlier event of this batch.
@@ -202,9 +209,10 @@ void TcpStoreServer::accept_all() {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       return;
     }
+    base::Fd accepted(fd);  // closed if what follows throws
     auto conn = std::make_unique<Conn>();
     conn->id = next_id_++;
-    conn->fd = base::Fd(fd);
+    conn->fd = std::move(accepted);
     conn->peer = base::remote_address(fd).to_string();
     conn->authenticated = secret_.empty();
     if (tls_) conn->tls = std::make_unique<base::tls::Session>(*tls_, fd, base::tls::Role::server);
