@@ -416,6 +416,11 @@ void TcpTransport::pump_ordered(int peer) {
   while (first > 0 && link.ordered_unacked[first - 1].path < 0) --first;
   for (std::size_t i = first; i < link.ordered_unacked.size(); ++i) {
     if (link.failed || link.control < 0) return;
+    // Queued already by a pump_ordered nested in this one: a write that failed at once failed
+    // its path, whose path_failed() queued the rest on another path. Queued twice, the frame
+    // went out twice, and the copy no acknowledgement withdraws was written from its buffer
+    // after its send completed.
+    if (link.ordered_unacked[i].path >= 0) continue;
     queue_ordered(peer, link.ordered_unacked[i]);
   }
 }
