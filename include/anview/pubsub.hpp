@@ -67,7 +67,9 @@ class Publisher {
   struct Stats {
     std::uint64_t published = 0;  // publish() calls
     std::uint64_t sent = 0;       // messages handed to subscribers (all of them)
-    std::uint64_t dropped = 0;    // messages dropped by drop_oldest (all subscribers)
+    // Messages dropped by drop_oldest, and those close() found still queued when its flush
+    // ran out of time (all subscribers).
+    std::uint64_t dropped = 0;
     // Messages a blocking subscriber did not get because publish() timed out on it (that
     // publish raised, naming it; the others of the topic got the message).
     std::uint64_t timed_out = 0;

@@ -9,12 +9,13 @@ namespace anview::base {
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
-// A timeout too long for the clock (milliseconds::max() meant as "no end") saturates at a
-// century from now, which later arithmetic on the deadline still has room for: added as it is,
-// it overflowed (undefined; in practice a deadline in the past, a call that failed at once).
+// The longest timeout: a century. A longer one (milliseconds::max() meant as "no end") added
+// to now() as it is overflowed (undefined; in practice a deadline in the past, a call that
+// failed at once); a century from now leaves later arithmetic on the deadline room.
+inline constexpr std::chrono::milliseconds longest_timeout = std::chrono::hours(24 * 365 * 100);
+
 inline Deadline deadline_after(std::chrono::milliseconds timeout) {
-  constexpr std::chrono::milliseconds century = std::chrono::hours(24 * 365 * 100);
-  return Clock::now() + std::min(timeout, century);
+  return Clock::now() + std::min(timeout, longest_timeout);
 }
 
 // Milliseconds left until the deadline, clamped to [0, cap_ms]; for poll()/epoll_wait().

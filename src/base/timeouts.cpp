@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/clock.hpp"
+
 namespace anview::base {
 namespace {
 
@@ -21,12 +23,14 @@ const Setting& timeout_setting() {
   return timeout;
 }
 
+// Capped at longest_timeout: callers add them to now() (clock.hpp).
 std::chrono::milliseconds timeout_or_default(std::chrono::milliseconds requested) {
-  return requested.count() > 0 ? requested : timeout.as_duration();
+  return requested.count() > 0 ? std::min(requested, longest_timeout) : timeout.as_duration();
 }
 
 std::chrono::milliseconds timeout_or_default(std::optional<std::chrono::milliseconds> requested) {
-  return requested ? std::max(*requested, std::chrono::milliseconds(0)) : timeout.as_duration();
+  return requested ? std::clamp(*requested, std::chrono::milliseconds(0), longest_timeout)
+                   : timeout.as_duration();
 }
 
 const Setting& watchdog_setting() {

@@ -340,6 +340,7 @@ void PublisherImpl::close() {
       // those still queued here included (the flush above gave up on them). Credit that comes
       // later sends nothing: a batch after the end would reach no one.
       link->ended = true;
+      link->dropped += link->queued;
       link->pending.clear();
       link->queued = 0;
       try {

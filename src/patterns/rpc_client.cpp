@@ -476,6 +476,7 @@ void RpcClientImpl::retry_loop(const std::shared_ptr<RetryQueue>& queue,
       } catch (const Error& e) {
         call->finish(self->call_error(*call, e.kind(), "retry failed: " + e.cause()));
       }
+      call.reset();  // its last reference may hold a connection: dropped while the client lives
     }
     lock.lock();
   }

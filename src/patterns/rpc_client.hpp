@@ -101,7 +101,9 @@ class RpcClientImpl : public std::enable_shared_from_this<RpcClientImpl> {
   // Sends the call's request on `connection` with a new id, the reply's receive posted first.
   void issue(const std::shared_ptr<RpcCallState>& call, std::shared_ptr<RpcConnection> connection);
   // The retry thread's state, shared with it: the thread may outlive the client, whose last
-  // handle may go away on that very thread (a callback run by a failed retry holds it).
+  // handle may go away on that very thread (a callback run by a failed retry holds it). The
+  // thread holds the client while a retry is under way: a client whose last handle goes then
+  // is destroyed when that retry ends (at most its connect timeout later), on that thread.
   struct RetryQueue {
     std::mutex mu;
     std::condition_variable cv;

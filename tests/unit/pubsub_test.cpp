@@ -197,12 +197,27 @@ TEST(PubSub, EveryPublishThatReturnsWhileAnotherThreadClosesIsDelivered) {
   }
 }
 
+// milliseconds::max() as next()'s timeout means no end: added to now() as it was, it overflowed
+// into a deadline in the past, and next() raised a timeout at once.
+TEST(PubSub, ANextWithoutEndWaitsForTheMessage) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0");
+  Subscriber subscriber = Subscriber::connect(publisher.address());
+  wait_for_subscribers(publisher, 1);
+  std::jthread late = test_thread([&] {
+    std::this_thread::sleep_for(100ms);
+    publisher.publish("t", Message("late"));
+  });
+  const auto d = subscriber.next(std::chrono::milliseconds::max());
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->message.text(), "late");
+}
+
 // close() ends a stream whose subscriber gave no credit in time: its flush times out, the end
 // goes out with the messages still queued counted as dropped. Credit that comes after the end
 // (the subscriber takes what it has) sends nothing more: a batch after the end would reach no
 // one and hold close() up (the large payload in flight keeps close() waiting meanwhile).
 TEST(PubSub, CreditThatComesAfterTheEndOfTheStreamSendsNothing) {
-  Publisher publisher = Publisher::listen("127.0.0.1:0", {.block_timeout = 1000ms});
+  Publisher publisher = Publisher::listen("127.0.0.1:0", {.block_timeout = 2000ms});
   Subscriber subscriber = Subscriber::connect(publisher.address());
   wait_for_subscribers(publisher, 1);
   // The first four publishes go out at once, a batch each (the first credit); the large one is
@@ -211,13 +226,16 @@ TEST(PubSub, CreditThatComesAfterTheEndOfTheStreamSendsNothing) {
   const std::string small(3000, 's');
   for (int i = 0; i < 200; ++i) publisher.publish("t", Message(small));
   std::jthread closing = test_thread([&] { publisher.close(); });
-  std::this_thread::sleep_for(1300ms);  // the flush timed out, the end is out
+  // The flush has timed out and the end is out; close() waits for the large payload until
+  // 2 s after that, which the subscriber takes first.
+  std::this_thread::sleep_for(2600ms);
   std::uint64_t delivered = 0;
   while (auto d = subscriber.next(5s)) ++delivered;
   closing.join();
   EXPECT_GT(delivered, 1u);
   EXPECT_LT(delivered, 201u);
   EXPECT_EQ(publisher.stats().sent, delivered) << "a batch was sent after the end";
+  EXPECT_EQ(publisher.stats().dropped, 201u - delivered);
   EXPECT_EQ(subscriber.stats().delivered, delivered);
   EXPECT_EQ(subscriber.stats().dropped, 201u - delivered);
 }

@@ -518,17 +518,25 @@ TEST(Rpc, AClientWhoseLastHandleGoesAwayOnItsRetryThreadEndsCleanly) {
     client->progress();
     std::this_thread::sleep_for(1ms);
   }
-  std::atomic<bool> failed{false};
-  std::atomic<std::thread::id> ran_on{};
-  call.on_complete([held = *client, &failed, &ran_on](const Message*, const Error* error) {
-    failed = error != nullptr;
-    ran_on = std::this_thread::get_id();
+  // What the callback saw, shared with it: it may run after get() returned (the call is done
+  // before its callbacks run).
+  struct Seen {
+    std::atomic<bool> ran{false}, failed{false};
+    std::atomic<std::thread::id> on{};
+  };
+  auto seen = std::make_shared<Seen>();
+  call.on_complete([held = *client, seen](const Message*, const Error* error) {
+    seen->failed = error != nullptr;
+    seen->on = std::this_thread::get_id();
+    seen->ran = true;
   });
   client.reset();  // the callback holds the last handle now
   server.shutdown();
   EXPECT_THROW(call.get(), Error);
-  EXPECT_TRUE(failed);
-  EXPECT_NE(ran_on.load(), std::this_thread::get_id()) << "the retry thread runs the callback";
+  for (int i = 0; i < 5000 && !seen->ran; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(seen->ran);
+  EXPECT_TRUE(seen->failed);
+  EXPECT_NE(seen->on.load(), std::this_thread::get_id()) << "the retry thread runs the callback";
   std::lock_guard lock(mu);
   parked.clear();
 }

@@ -451,10 +451,6 @@ TEST(TcpReading, GrantsLostWithTheControlPathGoAgainOnThePathsLeft) {
       },
       2s))
       << "no grant for path 1 came on path 1 after path 0 failed; " << tcp.describe_peer(0);
-  for (auto g : grants_for_path(on_path1, 1))
-    fprintf(stderr, "DEBUG grant %lu (first %lu)\n", (unsigned long)g, (unsigned long)granted);
-  for (auto g : grants_for_path(on_path0, 1))
-    fprintf(stderr, "DEBUG p0 grant %lu\n", (unsigned long)g);
 }
 
 // A peer that does not read (a busy application; its unexpected-message budget full) closes
