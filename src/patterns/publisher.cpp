@@ -54,7 +54,6 @@ struct SubscriberLink {
   std::size_t queued = 0;  // live entries in pending
   std::uint64_t sent = 0, dropped = 0;
   bool gone = false;
-  bool ended = false;  // close() sent the end of the stream: nothing goes out after it
   // Sends not complete yet: a payload sent apart travels by rendezvous, so the connection must
   // stay open until the subscriber has taken it.
   std::shared_ptr<std::atomic<int>> in_flight = std::make_shared<std::atomic<int>>(0);
@@ -73,7 +72,7 @@ struct SubscriberLink {
 };
 
 void SubscriberLink::send_ready() {
-  while (!ended && credit > 0 && !pending.empty() && pending.front().live() > 0) {
+  while (credit > 0 && !pending.empty() && pending.front().live() > 0) {
     PendingBatch batch = std::move(pending.front());
     pending.pop_front();
     queued -= batch.live();
@@ -337,9 +336,9 @@ void PublisherImpl::close() {
       std::lock_guard l(link->mu);
       if (link->gone) continue;
       // The end of the stream: the last sequence, so the subscriber counts trailing drops,
-      // those still queued here included (the flush above gave up on them). Credit that comes
-      // later sends nothing: a batch after the end would reach no one.
-      link->ended = true;
+      // those still queued here included (the flush above gave up on them): dropped, so that
+      // credit that comes later sends nothing (a batch after the end would reach no one; no
+      // publish queues anything now, closed_ is set).
       link->dropped += link->queued;
       link->pending.clear();
       link->queued = 0;

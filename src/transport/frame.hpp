@@ -16,6 +16,7 @@ struct FrameHeader {
   std::uint64_t tag = 0;
   std::uint64_t id = 0;
   std::uint64_t arg = 0;
+  bool operator==(const FrameHeader&) const = default;
 };
 static_assert(sizeof(FrameHeader) == 32, "FrameHeader is a wire format");
 

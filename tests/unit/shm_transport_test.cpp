@@ -310,6 +310,13 @@ class Ranks {
     base::Fd owned(fd);
     return map_shared(fd, 0, page_bytes, why);
   }
+  // map_ring(), failing the test (and mapping nothing) on an error.
+  Mapping ring(int from, int to) {
+    std::string why;
+    Mapping mapped = map_ring(from, to, &why);
+    EXPECT_TRUE(mapped) << why;
+    return mapped;
+  }
   RecordingSink& sink(int r) { return sinks_[static_cast<std::size_t>(r)]; }
   ShmTransport& transport(int r) { return *transports_[static_cast<std::size_t>(r)]; }
   PeerInfo& info(int r) { return infos_[static_cast<std::size_t>(r)]; }
@@ -363,9 +370,8 @@ TEST(ShmTransport, SplitCopiesDeliverEveryByte) {
 TEST(ShmTransport, CorruptRingFailsOnlyThatPeerWithAProtocolError) {
   Ranks ranks(3);
   ranks.connect();
-  std::string why;
-  Mapping ring = ranks.map_ring(1, 0, &why);
-  ASSERT_TRUE(ring) << why;
+  Mapping ring = ranks.ring(1, 0);
+  ASSERT_TRUE(ring);
   auto* control = reinterpret_cast<RingControl*>(ring.data());
   // Rank 1's ring to rank 0 announces a record that is garbage.
   std::memset(ring.data() + ring_data_offset, 0xEE, 256);
@@ -454,9 +460,8 @@ TEST(ShmTransport, ASegmentWithMoreSlotsThanRanksIsALinkError) {
 TEST(ShmTransport, ACloseCauseThatIsNoRankNamesTheClosingPeer) {
   Ranks ranks(2);
   ranks.connect();
-  std::string why;
-  Mapping ring = ranks.map_ring(1, 0, &why);
-  ASSERT_TRUE(ring) << why;
+  Mapping ring = ranks.ring(1, 0);
+  ASSERT_TRUE(ring);
   auto* control = reinterpret_cast<RingControl*>(ring.data());
   control->close_cause.store(1 << 20);
   control->producer_closed.store(1);

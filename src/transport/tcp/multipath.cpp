@@ -79,8 +79,7 @@ Landing TcpTransport::deliver_sequenced(Connection& conn, PeerLink& link, const 
     if (it != link.interrupted.end()) {
       // The copy lands where the original began: it must be that frame, of that size.
       const FrameHeader& cut = it->second.header;
-      if (cut.type != header.type || cut.payload_bytes != header.payload_bytes ||
-          cut.tag != header.tag || cut.id != header.id || cut.arg != header.arg) {
+      if (cut != header) {
         ErrorContext ctx = error_context(peer, "transfer");
         ctx.cause =
             "the copy of frame " + std::to_string(number) + " (cut off when a path failed) " +
