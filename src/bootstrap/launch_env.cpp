@@ -1,5 +1,7 @@
 #include "bootstrap/launch_env.hpp"
 
+#include <arpa/inet.h>
+
 #include <charconv>
 #include <cstdlib>
 
@@ -165,6 +167,33 @@ EmulatedHost emulated_host(int rank, int world, int hosts) {
   return {.id = "emulated-host-" + std::to_string(host),
           .first_rank = at(host),
           .ranks = at(host + 1) - at(host)};
+}
+
+bool serve_everywhere(const std::string& host, const std::string& resolved_host) {
+  in6_addr any{};
+  const bool literal = ::inet_pton(AF_INET, host.c_str(), &any) == 1 ||
+                       ::inet_pton(AF_INET6, host.c_str(), &any) == 1;
+  const bool localhost = host == "localhost" || host.ends_with(".localhost") ||
+                         host == "ip6-localhost" || host == "ip6-loopback";
+  const bool loopback = resolved_host.starts_with("127.") || resolved_host == "::1" ||
+                        resolved_host.starts_with("::ffff:127.");
+  return !host.empty() && !literal && !localhost && loopback;
+}
+
+ServeAddress store_serve_address(const std::string& root, int rank) {
+  std::string host;
+  std::uint16_t port = 0;
+  if (!base::split_host_port(root, &host, &port)) return {.address = root};  // serving says why
+  const base::SockAddr resolved = base::SockAddr::parse(
+      root, {.rank = rank, .peer_address = root, .operation = "bootstrap.serve_store"});
+  if (!serve_everywhere(host, resolved.host())) return {.address = root};
+  const bool v6 = resolved.family() == AF_INET6;
+  return {.address = (v6 ? "[::]:" : "0.0.0.0:") + std::to_string(port),
+          .why = "the root's host '" + host + "' resolves to " + resolved.host() +
+                 " here, a loopback address (/etc/hosts maps this machine's name there), "
+                 "where ranks on other hosts could not reach it: serving the store on every " +
+                 (v6 ? "IPv6" : "IPv4") + " address at port " + std::to_string(port) +
+                 " instead (set ANVIEW_ROOT to this host's network address to choose one)"};
 }
 
 LaunchInfo detect_launch() {

@@ -38,4 +38,18 @@ struct EmulatedHost {
 };
 EmulatedHost emulated_host(int rank, int world, int hosts);
 
+// Where rank 0 serves the bootstrap store of a job whose root is `root` ("host:port").
+// The root itself, except where its host is a name (not an address, not "localhost") that
+// resolves to a loopback address here: /etc/hosts often maps the machine's own name there
+// (Debian: 127.0.1.1), while ranks on other hosts resolve it to the host's real address and
+// would find nobody listening. The store is then served on every address of that family at the
+// root's port, and `why` says so (rank 0 logs it).
+struct ServeAddress {
+  std::string address;  // "host:port" to listen on
+  std::string why;      // empty: the root as given
+};
+ServeAddress store_serve_address(const std::string& root, int rank);
+// The decision, given what `host` resolved to (`resolved_host`, an address): tests call it.
+bool serve_everywhere(const std::string& host, const std::string& resolved_host);
+
 }  // namespace anview::bootstrap

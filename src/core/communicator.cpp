@@ -193,8 +193,12 @@ Communicator Communicator::from_env(CommunicatorOptions options) {
   const auto launch = bootstrap::detect_launch();
   base::set_log_rank(launch.rank);
   StoreOptions store_options{.timeout = options.timeout, .rank = launch.rank};
-  Store store = launch.rank == 0 ? Store::serve_tcp(launch.root, store_options)
-                                 : Store::connect_tcp(launch.root, store_options);
+  if (launch.rank != 0)
+    return create(launch.rank, launch.world_size, Store::connect_tcp(launch.root, store_options),
+                  std::move(options));
+  const auto serve = bootstrap::store_serve_address(launch.root, launch.rank);
+  if (!serve.why.empty()) base::log("bootstrap", base::LogLevel::info, serve.why);
+  Store store = Store::serve_tcp(serve.address, store_options);
   return create(launch.rank, launch.world_size, std::move(store), std::move(options));
 }
 

@@ -1,13 +1,22 @@
-// Launcher environment detection, with the environment given as a map.
+// Launcher environment detection, with the environment given as a map; where rank 0 serves
+// the store.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "anview/communicator.hpp"
 #include "anview/error.hpp"
+#include "base/socket.hpp"
 #include "bootstrap/launch_env.hpp"
+#include "support/scoped_env.hpp"
 
 namespace anview::bootstrap {
 namespace {
@@ -255,6 +264,84 @@ TEST(EmulatedHost, ConsecutiveRanksShareAHost) {
     EXPECT_EQ(host.first_rank, first) << rank << " of " << world << " on " << hosts;
     EXPECT_EQ(host.ranks, ranks) << rank << " of " << world << " on " << hosts;
   }
+}
+
+TEST(StoreServeAddress, ANameThatResolvesToLoopbackIsServedEverywhere) {
+  EXPECT_TRUE(serve_everywhere("node7", "127.0.1.1"));  // Debian's /etc/hosts for its own name
+  EXPECT_TRUE(serve_everywhere("node7.cluster", "127.0.0.1"));
+  EXPECT_TRUE(serve_everywhere("node7", "::1"));
+  EXPECT_FALSE(serve_everywhere("node7", "10.0.0.7"));
+  EXPECT_FALSE(serve_everywhere("node7", "fe80::1"));
+  // Loopback asked for: a single-host job, not exposed to the network.
+  EXPECT_FALSE(serve_everywhere("127.0.0.1", "127.0.0.1"));
+  EXPECT_FALSE(serve_everywhere("127.0.1.1", "127.0.1.1"));
+  EXPECT_FALSE(serve_everywhere("::1", "::1"));
+  EXPECT_FALSE(serve_everywhere("localhost", "127.0.0.1"));
+  EXPECT_FALSE(serve_everywhere("ip6-localhost", "::1"));
+  EXPECT_FALSE(serve_everywhere("a.localhost", "127.0.0.1"));
+}
+
+TEST(StoreServeAddress, AddressesAndLocalhostAreServedAsGiven) {
+  for (const std::string root : {"127.0.0.1:29500", "localhost:29500", "[::1]:29500"}) {
+    const ServeAddress serve = store_serve_address(root, 0);
+    EXPECT_EQ(serve.address, root);
+    EXPECT_EQ(serve.why, "");
+  }
+}
+
+std::string this_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "";
+  return name;
+}
+
+// The address listening on `port` in /proc/net/tcp, as the kernel writes it ("0100007F" is
+// 127.0.0.1, "00000000" every address), or "" when nothing listens there.
+std::string listener_on(std::uint16_t port) {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the column names
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    const auto colon = local.find(':');
+    if (state == "0A" && colon != std::string::npos &&
+        std::stoul(local.substr(colon + 1), nullptr, 16) == port)
+      return local.substr(0, colon);
+  }
+  return "";
+}
+
+// The machine's own name, where it resolves to a loopback address (as here and on Debian's
+// defaults): rank 0 of a job rooted at that name serves the store on every address, so ranks
+// on other hosts reach it, and says why. Elsewhere the root is served as given.
+TEST(StoreServeAddress, RankZeroOfAJobRootedAtThisHostsNameIsReachableFromOtherHosts) {
+  const std::string host = this_host_name();
+  ASSERT_FALSE(host.empty());
+  std::uint16_t port = 0;
+  {  // a free port
+    const auto probe = base::listen_tcp(
+        base::SockAddr::from_host_port("127.0.0.1", 0, {.operation = "test"}), 1, {});
+    port = base::local_address(probe.get()).port();
+  }
+  const std::string root = host + ":" + std::to_string(port);
+  const auto resolved = base::SockAddr::from_host_port(host, port, {.operation = "test"});
+  const bool loopback = resolved.host().starts_with("127.") || resolved.host() == "::1";
+  const ServeAddress serve = store_serve_address(root, 0);
+  if (!loopback) {
+    EXPECT_EQ(serve.address, root);
+    GTEST_SKIP() << host << " resolves to " << resolved.host() << ", not to loopback, here";
+  }
+  EXPECT_NE(serve.why.find("'" + host + "' resolves to " + resolved.host()), std::string::npos)
+      << serve.why;
+  if (resolved.family() != AF_INET) GTEST_SKIP() << "the listener check reads IPv4 sockets";
+  EXPECT_EQ(serve.address, "0.0.0.0:" + std::to_string(port));
+  const testing::ScopedEnv rank("ANVIEW_RANK", "0"), world("ANVIEW_WORLD_SIZE", "1"),
+      at("ANVIEW_ROOT", root.c_str()), secret("ANVIEW_SECRET", "test-secret");
+  const Communicator comm = Communicator::from_env();
+  EXPECT_EQ(comm.size(), 1);
+  EXPECT_EQ(listener_on(port), "00000000");  // every address, not 127.0.0.1 only
 }
 
 }  // namespace
