@@ -12,10 +12,6 @@
 # The sanitizer builds compile at -O1 with line tables only (-g1): what ASan, UBSan and TSan
 # need for their reports with file:line stacks, at half the compile time of -O2 -g (the ASan
 # build was 15 of the 52 minutes the whole script took on a 2-core machine).
-# The ASan+UBSan and Release builds start early, at idle priority (SCHED_IDLE): each compiles
-# on what the tests of the stage before leave of the cores (half of them: the multi-process
-# tests mostly wait), and the tests lose no time to it (a test's thread that wakes takes the
-# core at once). The stage that needs the build waits for what is left of it at full speed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -31,36 +27,6 @@ configure_and_build() {  # BUILD_DIR TARGET CMAKE_ARGS...
   cmake --build "$dir" -j "$jobs" --target "$target"
 }
 
-# configure_and_build in the background, at idle priority from its first process on (its own
-# session, so that a failing script takes it down); its output goes to BUILD_DIR/build.log.
-declare -A background_builds
-stop_background_builds() {
-  for pid in "${background_builds[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
-}
-trap stop_background_builds EXIT
-start_background_build() {  # BUILD_DIR TARGET CMAKE_ARGS...
-  local dir=$1 target=$2
-  shift 2
-  echo "=== test.sh: building $dir ($*) in the background at idle priority $(at)"
-  mkdir -p "$dir"
-  setsid chrt --idle 0 bash -c 'cmake -S . -B "$1" -G Ninja "${@:4}" >/dev/null &&
-    cmake --build "$1" -j "$3" --target "$2"' build "$dir" "$target" "$jobs" "$@" \
-    >"$dir/build.log" 2>&1 &
-  background_builds[$dir]=$!
-}
-# Waits for a background build (alone on the machine now, it has the cores); on failure shows
-# the end of its log and stops.
-finish_background_build() {  # BUILD_DIR
-  local dir=$1
-  if ! wait "${background_builds[$dir]}"; then
-    echo "=== test.sh: building $dir FAILED; the end of $dir/build.log:"
-    tail -n 100 "$dir/build.log"
-    exit 1
-  fi
-  unset "background_builds[$dir]"
-  echo "=== test.sh: $dir built $(at)"
-}
-
 sanitizer_flags="-O1 -g1 -DNDEBUG"
 # Every build here is a unity build (scripts/fuzz.sh's too): CMake compiles a target's sources
 # eight to a file, so the headers they share (the standard library, gtest, json) are parsed
@@ -70,9 +36,6 @@ sanitizer_flags="-O1 -g1 -DNDEBUG"
 # build, which compiles one unit per source.
 configure_and_build build-tsan anview_unit_tests -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=thread \
-  -DCMAKE_UNITY_BUILD=ON
-start_background_build build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=address \
   -DCMAKE_UNITY_BUILD=ON
 echo "=== test.sh: unit tests under ThreadSanitizer ($jobs shards at once) $(at)"
 # UCX's memory hooks (libucm patches mmap/madvise for its registration cache) run inside
@@ -112,13 +75,14 @@ done
 echo "=== test.sh: fuzz targets (libFuzzer) $(at)"
 ./scripts/fuzz.sh 30
 
-finish_background_build build-asan
-start_background_build build all -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON
+configure_and_build build-asan all -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" -DANVIEW_SANITIZE=address \
+  -DCMAKE_UNITY_BUILD=ON
 echo "=== test.sh: every test under ASan+UBSan $(at)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure --timeout 300 -j "$jobs"
 
-finish_background_build build
+configure_and_build build all -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON
 echo "=== test.sh: every test, Release $(at)"
 ctest --test-dir build --output-on-failure --timeout 300 -j "$jobs"
 echo "=== test.sh: done $(at)"
