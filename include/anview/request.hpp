@@ -26,7 +26,10 @@ class Request {
   // Called once, when the request completes; `error` is null on success. Runs on the thread
   // that drives progress at that moment (inside wait/test/progress), outside internal locks, so
   // it may post new operations; it must not block. If the request is already complete the
-  // callback runs at once on the calling thread.
+  // callback runs at once on the calling thread. Every callback registered on a request runs
+  // (on_complete and co_await alike), in the order they were registered. An exception a
+  // callback throws while progress runs it is logged (error level) and dropped: it would
+  // otherwise surface in an unrelated wait, or end the progress thread.
   using Callback = std::function<void(const Status& status, const Error* error)>;
 
   Request() = default;

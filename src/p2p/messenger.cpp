@@ -472,25 +472,63 @@ void Completions::add(RequestPtr request) {
   }
 }
 
+namespace {
+
+// "recv from rank 1, tag 7": whose callback it was, for the log.
+std::string callback_owner(const RequestImpl& r) {
+  static constexpr const char* kinds[] = {"send", "recv", "collective", "put", "get", "flush"};
+  std::string text = kinds[static_cast<int>(r.kind)];
+  if (!r.operation.empty()) text += " " + r.operation;
+  if (r.peer >= 0)
+    text += std::string(r.kind == RequestImpl::Kind::recv ? " from" : " to") + " rank " +
+            std::to_string(r.peer);
+  if (r.kind == RequestImpl::Kind::send || r.kind == RequestImpl::Kind::recv)
+    text += ", tag " + std::to_string(to_underlying(r.tag));
+  return text;
+}
+
+}  // namespace
+
 void Completions::run() {
-  for (auto& [r, callback] : callbacks_) callback(r->status, r->error ? &*r->error : nullptr);
+  // A callback that throws ends neither the round (the driver role would stay taken: every
+  // later wait of the rank would time out) nor the other callbacks; on the background thread it
+  // would end the process. Its exception is logged and dropped.
+  for (auto& [r, callback] : callbacks_) {
+    try {
+      callback(r->status, r->error ? &*r->error : nullptr);
+    } catch (const std::exception& e) {
+      base::log("p2p", base::LogLevel::error, "a completion callback (", callback_owner(*r),
+                ") threw; the exception is dropped: ", e.what());
+    } catch (...) {
+      base::log("p2p", base::LogLevel::error, "a completion callback (", callback_owner(*r),
+                ") threw a non-standard exception; it is dropped");
+    }
+  }
 }
 
 void Messenger::on_complete(RequestImpl& request, Request::Callback callback) {
-  {
-    Lock lock(mu_);
-    if (request.phase != RequestImpl::Phase::complete) {
-      request.callback = std::move(callback);
-      return;
-    }
-  }
+  if (on_complete_if_pending(request, callback)) return;
   callback(request.status, request.error ? &*request.error : nullptr);
 }
 
 bool Messenger::on_complete_if_pending(RequestImpl& request, Request::Callback callback) {
   Lock lock(mu_);
   if (request.phase == RequestImpl::Phase::complete) return false;
-  request.callback = std::move(callback);
+  if (!request.callback) {
+    request.callback = std::move(callback);
+  } else {  // every callback registered runs, in the order they came (on_complete, co_await)
+    request.callback = [first = std::move(request.callback), then = std::move(callback)](
+                           const Status& status, const Error* error) {
+      std::exception_ptr thrown;  // the second runs even so; Completions::run() logs it
+      try {
+        first(status, error);
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+      then(status, error);
+      if (thrown) std::rethrow_exception(thrown);
+    };
+  }
   return true;
 }
 
@@ -559,6 +597,8 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
     if (request.error) throw *request.error;
     return request.status;
   }
+  // "Forever" (milliseconds::max()) would overflow the clock into a deadline in the past.
+  timeout = std::clamp(timeout, std::chrono::milliseconds(0), base::longest_timeout);
   if (request.kind == RequestImpl::Kind::external) return wait_external(request, timeout);
   // The clock starts after a first burst of rounds that read none: most waits for a peer
   // that is already sending end within it (a clock read costs as much as a round).

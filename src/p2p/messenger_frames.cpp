@@ -10,8 +10,11 @@
 namespace anview::p2p {
 namespace {
 
-// What an unexpected rendezvous announcement costs against the per-peer budget.
-constexpr std::size_t rts_record_bytes = 64;
+// What an unexpected message costs the per-peer budget besides its payload: its queue entry
+// and allocation. So a stream of empty or one-byte messages nobody receives fills the budget
+// too (charged their payload alone, a million empty ones cost nothing). A rendezvous
+// announcement costs this alone.
+constexpr std::size_t unexpected_entry_bytes = 64;
 
 std::string truncation_cause(std::size_t bytes, int source, std::size_t capacity) {
   return "the message of " + std::to_string(bytes) + " bytes from rank " + std::to_string(source) +
@@ -38,7 +41,7 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
     case FrameType::eager: {
       // Within budget a match is taken at once; beyond it, peek first: a deferred frame must
       // leave no trace.
-      const bool budget_ok = !over_budget(h.payload_bytes);
+      const bool budget_ok = !over_budget(h.payload_bytes + unexpected_entry_bytes);
       RequestPtr recv = budget_ok ? find_posted() : posted_.find(peer, h.tag, false);
       if (!recv && !budget_ok) {
         ps.deferred = true;
@@ -68,7 +71,7 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
                    .waiting = nullptr};
       char* landing = u.data.get();
       ps.eager_unexpected = unexpected_.push(std::move(u));
-      ps.unexpected_bytes += h.payload_bytes;
+      ps.unexpected_bytes += h.payload_bytes + unexpected_entry_bytes;
       ps.eager_to_unexpected = true;
       return {.data = landing, .defer = false};
     }
@@ -82,7 +85,7 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
         start_rendezvous_receive(recv, peer, h.tag, h.arg, h.id);
         return {};
       }
-      if (over_budget(rts_record_bytes)) {
+      if (over_budget(unexpected_entry_bytes)) {
         ps.deferred = true;
         return {.data = nullptr, .defer = true};
       }
@@ -94,7 +97,7 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
                                   .data = nullptr,
                                   .complete = true,
                                   .waiting = nullptr});
-      ps.unexpected_bytes += rts_record_bytes;
+      ps.unexpected_bytes += unexpected_entry_bytes;
       return {};
     }
     case FrameType::cts: {
@@ -186,7 +189,7 @@ void Messenger::match_unexpected(const RequestPtr& recv, UnexpectedQueue::Iterat
   if (it->rendezvous) {
     start_rendezvous_receive(recv, source, it->tag, it->bytes, it->sender_id);
     unexpected_.erase(it);
-    release_unexpected(source, rts_record_bytes);
+    release_unexpected(source, unexpected_entry_bytes);
     return;
   }
   if (!it->complete) {  // its payload is still arriving; finish when it is in
@@ -208,7 +211,7 @@ void Messenger::match_unexpected(const RequestPtr& recv, UnexpectedQueue::Iterat
     complete(recv, std::nullopt);
   }
   unexpected_.erase(it);
-  release_unexpected(source, bytes);
+  release_unexpected(source, bytes + unexpected_entry_bytes);
 }
 
 void Messenger::release_unexpected(int peer, std::size_t bytes) {

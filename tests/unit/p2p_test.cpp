@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "support/scoped_env.hpp"
 #include "support/thread_ranks.hpp"
 
 namespace anview {
@@ -266,6 +267,67 @@ TEST(P2pSemantics, CallbackRunsOnceWithTheStatus) {
     // On a completed request the callback runs at once.
     r.on_complete([&](const Status&, const Error*) { ++calls; });
     EXPECT_EQ(calls.load(), 2);
+  });
+}
+
+// Two callbacks on one request (on_complete twice, or on_complete and co_await) both run: the
+// second used to replace the first, which then never ran (a coroutine never resumed).
+TEST(P2pSemantics, EveryCallbackOfARequestRunsInOrder) {
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<unsigned char> buf(100000, 1);  // rendezvous: the receive is pending a while
+    if (comm.rank() == 0) {
+      comm.send(buf.data(), buf.size(), 1, Tag{3});
+      return;
+    }
+    std::vector<int> order;
+    Request r = comm.irecv(buf.data(), buf.size(), 0, Tag{3});
+    r.on_complete([&](const Status&, const Error*) { order.push_back(1); });
+    r.on_complete([&](const Status& s, const Error*) {
+      EXPECT_EQ(s.bytes, buf.size());
+      order.push_back(2);
+    });
+    r.wait();
+    EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  });
+}
+
+// A callback that throws while progress runs it: the exception is logged and dropped; the
+// request's other callbacks and the rank's later waits go on. It used to leave the driver role
+// taken (every later wait of the rank timed out) and skip the other callbacks of the round.
+TEST(P2pSemantics, ACallbackThatThrowsStopsNothing) {
+  run_ranks(2, [](Communicator& comm) {
+    int value = 0;
+    if (comm.rank() == 0) {
+      for (int v : {1, 2}) comm.send(&v, sizeof v, 1, Tag{4});
+      return;
+    }
+    bool second_ran = false;
+    Request r = comm.irecv(&value, sizeof value, 0, Tag{4});
+    r.on_complete([](const Status&, const Error*) { throw std::runtime_error("user bug"); });
+    r.on_complete([&](const Status&, const Error*) { second_ran = true; });
+    EXPECT_EQ(r.wait().bytes, sizeof value);
+    EXPECT_TRUE(second_ran);
+    EXPECT_EQ(comm.recv(&value, sizeof value, 0, Tag{4}, 5s).bytes, sizeof value);
+    EXPECT_EQ(value, 2);
+  });
+}
+
+// "Wait for ever" (milliseconds::max()) waits: the deadline used to overflow into the past, and
+// the receive timed out after its first spins, before a message 50 ms late.
+TEST(P2pSemantics, ALongestTimeoutWaitsForALateMessage) {
+  run_ranks(2, [](Communicator& comm) {
+    std::vector<unsigned char> buf(100000, 1);
+    if (comm.rank() == 0) {
+      std::this_thread::sleep_for(50ms);
+      comm.send(buf.data(), buf.size(), 1, Tag{5});
+      comm.send(buf.data(), 8, 1, Tag{6});
+      return;
+    }
+    EXPECT_EQ(comm.recv(buf.data(), buf.size(), 0, Tag{5}, std::chrono::milliseconds::max()).bytes,
+              buf.size());
+    EXPECT_EQ(
+        comm.irecv(buf.data(), buf.size(), 0, Tag{6}).wait(std::chrono::milliseconds::max()).bytes,
+        8u);
   });
 }
 
@@ -554,13 +616,44 @@ TEST(P2pBackPressure, TimeoutSaysReadingIsPausedAndHowToGoOn) {
   ::unsetenv("ANVIEW_UNEXPECTED_BYTES");
 }
 
+// Messages nobody receives cost the budget their queue entry too (64 bytes): a stream of empty
+// ones pauses reading from their sender as larger ones do. They used to cost nothing, and a
+// peer sending empty messages made the unexpected queue grow without limit.
+TEST(P2pBackPressure, EmptyMessagesNobodyReceivesFillTheBudgetToo) {
+  const testing::ScopedEnv budget("ANVIEW_UNEXPECTED_BYTES", "64K");
+  run_ranks(2, [](Communicator& comm) {
+    constexpr int empties = 2048;  // 128 KiB of queue entries
+    char byte = 0;
+    if (comm.rank() == 0) {
+      std::vector<Request> reqs;
+      for (int i = 0; i < empties; ++i) reqs.push_back(comm.isend(nullptr, 0, 1, Tag{1}));
+      reqs.push_back(comm.isend(&byte, 1, 1, Tag{2}));
+      comm.recv(&byte, 1, 1, Tag{3});  // rank 1 is done
+      for (auto& r : reqs) r.wait();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    try {
+      comm.recv(&byte, 1, 0, Tag{2}, std::chrono::milliseconds(300));
+      ADD_FAILURE() << "the message behind " << empties << " empty ones arrived";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::timeout);
+      EXPECT_NE(std::string(e.what()).find("reading from rank 0 is paused"), std::string::npos)
+          << e.what();
+    }
+    for (int i = 0; i < empties; ++i) comm.recv(nullptr, 0, 0, Tag{1});
+    EXPECT_EQ(comm.recv(&byte, 1, 0, Tag{2}).bytes, 1u);
+    comm.send(&byte, 1, 0, Tag{3});
+  });
+}
+
 // The first message over the budget is held back (reading pauses); a receive posted for that
 // very message afterwards takes it at once. It used to wait for its whole timeout: only
 // receiving an earlier unexpected message resumed reading.
 TEST(P2pBackPressure, AReceivePostedForTheHeldBackMessageTakesIt) {
   ::setenv("ANVIEW_UNEXPECTED_BYTES", "64K", 1);
   run_ranks(2, [](Communicator& comm) {
-    std::vector<unsigned char> buf(16384, 1);
+    std::vector<unsigned char> buf(16384 - 64, 1);  // with its queue entry, a quarter of 64K
     if (comm.rank() == 0) {
       // Four messages fill rank 1's budget exactly; the fifth is held back.
       std::vector<Request> reqs;
@@ -574,7 +667,8 @@ TEST(P2pBackPressure, AReceivePostedForTheHeldBackMessageTakesIt) {
     // Drive progress for a while, so all five arrive and the fifth is held back.
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
     while (std::chrono::steady_clock::now() < until) comm.progress();
-    EXPECT_EQ(comm.recv(buf.data(), buf.size(), 0, Tag{2}, std::chrono::seconds(2)).bytes, 16384u);
+    EXPECT_EQ(comm.recv(buf.data(), buf.size(), 0, Tag{2}, std::chrono::seconds(2)).bytes,
+              buf.size());
     for (int i = 0; i < 4; ++i) comm.recv(buf.data(), buf.size(), 0, Tag{1});
     char go = 1;
     comm.send(&go, 1, 0, Tag{3});
