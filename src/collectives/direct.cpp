@@ -157,23 +157,55 @@ std::optional<Error> await_peer(Call& call, const RequestPtr& r, std::size_t byt
   }
 }
 
-// Says done to the peers that said go and waits for their done: no rank returns, even with an
-// error, while a peer that may write into it still does. Returns the error to raise: `failure`
-// if set, else the first one met.
+// A rank's "done" says how its part of the call went: 0, or 1 + the ErrorKind that ended it.
+// A peer that failed may have left its share of this rank's result unwritten (it reduces and
+// writes one segment of every rank's result): its done must fail this rank's call too, or the
+// rank would return success with a part of its result missing. Static: the words outlive a
+// failing call (see tell()).
+constexpr std::uint8_t done_words[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+static_assert(static_cast<std::size_t>(ErrorKind::remote) + 2 == sizeof done_words);
+
+const std::uint8_t* done_word(const std::optional<Error>& failure) {
+  return &done_words[failure ? 1 + static_cast<std::size_t>(failure->kind()) : 0];
+}
+
+// The Error a peer's failed done stands for (none for a good one).
+std::optional<Error> peer_outcome(const Call& call, int p, std::uint8_t word) {
+  if (word == 0) return std::nullopt;
+  ErrorContext ctx{
+      .rank = call.world(call.rank), .peer = call.world(p), .operation = call.operation()};
+  if (word >= sizeof done_words) {
+    ctx.cause = "rank " + std::to_string(call.world(p)) + " ended the call with the word " +
+                std::to_string(word) + ", which is no outcome";
+    return Error(ErrorKind::protocol, std::move(ctx));
+  }
+  const auto kind = static_cast<ErrorKind>(word - 1);
+  ctx.cause = "rank " + std::to_string(call.world(p)) + " failed its part of the call (" +
+              to_string(kind) + " error): its share of this rank's result is missing or incomplete";
+  return Error(kind, std::move(ctx));
+}
+
+// Says done (with this rank's outcome) to the peers that said go and waits for their done: no
+// rank returns, even with an error, while a peer that may write into it still does. Returns the
+// error to raise: `failure` if set, else the first one met (a peer's failed done included).
+// `outcomes` (a byte per rank) receives the peers' words: the caller keeps it until the call's
+// receives are settled (rethrow() cancels those a failure leaves pending).
 std::optional<Error> finish(Call& call, const std::vector<bool>& said_go,
-                            std::optional<Error> failure) {
+                            std::optional<Error> failure, std::vector<std::uint8_t>& outcomes) {
   std::vector<RequestPtr> dones(static_cast<std::size_t>(call.size));
   for (int p = 0; p < call.size; ++p) {
     if (!said_go[static_cast<std::size_t>(p)]) continue;
-    dones[static_cast<std::size_t>(p)] = post_recv(call, nullptr, 0, p);
-    tell(call, p, nullptr, 0);
+    dones[static_cast<std::size_t>(p)] =
+        post_recv(call, &outcomes[static_cast<std::size_t>(p)], 1, p);
+    tell(call, p, done_word(failure), 1);
   }
   const auto start = base::Clock::now();
   StallClock stall(call, start);
   for (int p = 0; p < call.size; ++p) {
     if (!said_go[static_cast<std::size_t>(p)]) continue;
-    auto error = await_peer(call, dones[static_cast<std::size_t>(p)], 0, p, start + call.timeout,
+    auto error = await_peer(call, dones[static_cast<std::size_t>(p)], 1, p, start + call.timeout,
                             stall, "say it was done with this rank's buffers");
+    if (!error) error = peer_outcome(call, p, outcomes[static_cast<std::size_t>(p)]);
     if (!error) continue;
     if (failure && error->kind() == ErrorKind::timeout)
       base::log("coll", base::LogLevel::error, error->what(),
@@ -236,7 +268,14 @@ void run_direct(Call& call, const Posting& mine, Body&& body) {
       failure = e;
     }
   }
-  if (auto error = finish(call, said_go, failure)) rethrow(call, *error);
+  std::vector<std::uint8_t> outcomes(static_cast<std::size_t>(call.size), 0);
+  if (auto error = finish(call, said_go, failure, outcomes)) {
+    // Receives still pending point into `heard` and `outcomes`: they go before those do (the
+    // caller's run_guarded() would abandon them only after this frame is gone).
+    for (auto& r : call.posted)
+      if (!r->done.load(std::memory_order_acquire)) call.messenger.abandon(r, *error);
+    rethrow(call, *error);
+  }
 }
 
 // Reduces `count` elements at offset `at` (bytes) of every rank's send buffer into `out`, a

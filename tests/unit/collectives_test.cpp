@@ -4,6 +4,7 @@
 // message-passing allreduce, broadcast and allgather algorithms, forced by ANVIEW_ALGO; and the
 // errors for unsupported or mismatched calls and unknown forced algorithms.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <chrono>
 #include <cmath>
@@ -104,6 +105,47 @@ TEST(Collectives, AllreduceSumEveryRankCountRabenseifner) {
 // works within the process: the direct algorithms run here too (and under TSan).
 TEST(Collectives, AllreduceSumEveryRankCountDirect) {
   check_allreduce_sum_forced("direct");
+}
+
+// A rank whose part of a direct allreduce fails (here: rank 2 cannot read rank 0's pages of
+// segment 2, which rank 0 made unreadable) writes no segment 2 into its peers. Every rank must
+// fail: rank 1, whose own reads and writes all went well, used to hear a plain "done" from
+// rank 2 and return success with segment 2 of its result never written.
+TEST(Collectives, AllreduceDirectFailsOnEveryRankWhenOnePeerFailsItsPart) {
+  ScopedEnv forced("ANVIEW_ALGO", "allreduce=direct");
+  constexpr std::size_t segment_floats = 4096;  // four pages each: segment 2 is whole pages
+  constexpr std::size_t count = 3 * segment_floats;
+  std::vector<std::string> outcome(3);
+  run_ranks(
+      3,
+      [&](Communicator& comm) {
+        const int me = comm.rank();
+        const std::size_t bytes = count * sizeof(float);
+        void* mapped =
+            ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ASSERT_NE(mapped, MAP_FAILED);
+        auto* send = static_cast<float*>(mapped);
+        std::fill(send, send + count, 1.0f);
+        std::vector<float> recv(count, -1.0f);
+        if (me == 0) {  // rank 0 reads only its own segment 0 of it
+          ASSERT_EQ(
+              ::mprotect(send + 2 * segment_floats, segment_floats * sizeof(float), PROT_NONE), 0);
+        }
+        try {
+          comm.allreduce(send, recv.data(), count, DataType::float32, ReduceOp::sum);
+          outcome[static_cast<std::size_t>(me)] = "success, element " +
+                                                  std::to_string(2 * segment_floats) + " = " +
+                                                  std::to_string(recv[2 * segment_floats]);
+        } catch (const Error& e) {
+          outcome[static_cast<std::size_t>(me)] = e.what();
+        }
+        ::munmap(mapped, bytes);
+      },
+      std::chrono::seconds(10));
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(outcome[static_cast<std::size_t>(r)].rfind("success", 0), std::string::npos)
+        << "rank " << r << ": " << outcome[static_cast<std::size_t>(r)];
+  EXPECT_NE(outcome[1].find("rank 2 failed its part of the call"), std::string::npos) << outcome[1];
 }
 
 TEST(Collectives, ReduceScatterDirectEveryRankCountInAndOutOfPlace) {
