@@ -83,7 +83,9 @@ class Communicator {
   // mismatches end in the timeout, which names the call, the peer and what it waits for. `count` is
   // in elements of `type`; passing the same buffer as send and receive works in place (except
   // alltoall). Each step waits up to the communicator's timeout; a failure names the call
-  // ("allreduce #12"), the peer and the cause.
+  // ("allreduce #12"), the peer and the cause. A call one rank alone refuses (a usage Error from
+  // its own argument checks) still takes its place in that rank's order: the peers' call fails
+  // (on one host at once, naming the rank), it never pairs with that rank's next call.
   void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
   void allreduce(void* data, std::size_t count, DataType type, ReduceOp op) {
     allreduce(data, data, count, type, op);

@@ -16,7 +16,7 @@
 namespace anview::collectives {
 namespace {
 
-enum class SlotOp : std::uint32_t {
+enum class SlotOp : std::uint8_t {
   allreduce = 1,
   broadcast = 2,
   barrier = 3,
@@ -29,11 +29,17 @@ enum class SlotOp : std::uint32_t {
 constexpr std::size_t inline_payload = 32;
 
 // What a call was, for the mismatch check: the same on every rank of a correct program.
+// `call` is the communicator's collective call number (Call::seq, its low 32 bits): a rank whose
+// call failed its own argument checks took a call number but no shared one, and its next call
+// must not pass for the call its peers are in (it did when the two had the same arguments: each
+// reduced the other's different call, and every later call paired with the wrong one).
 struct CallShape {
   std::uint64_t count;
+  std::uint32_t call;
   SlotOp kind;
-  std::uint32_t type;
-  std::uint32_t op;
+  std::uint8_t type;
+  std::uint8_t op;
+  std::uint8_t reserved;
   std::int32_t root;
   bool operator==(const CallShape&) const = default;
 };
@@ -65,11 +71,13 @@ void store_release(T& field, T value) {
   std::atomic_ref<T>(field).store(value, std::memory_order_release);
 }
 CallShape load_shape(const CallShape& s) {
-  return {load_acquire(s.count), load_acquire(s.kind), load_acquire(s.type), load_acquire(s.op),
+  return {load_acquire(s.count), load_acquire(s.call), load_acquire(s.kind),
+          load_acquire(s.type),  load_acquire(s.op),   0,
           load_acquire(s.root)};
 }
 void store_shape(CallShape& to, const CallShape& s) {
   store_release(to.count, s.count);
+  store_release(to.call, s.call);
   store_release(to.kind, s.kind);
   store_release(to.type, s.type);
   store_release(to.op, s.op);
@@ -154,7 +162,7 @@ std::string describe(const CallShape& h) {
   if (h.kind == SlotOp::broadcast || h.kind == SlotOp::reduce)
     text.append(h.kind == SlotOp::broadcast ? " from root " : " to root ")
         .append(std::to_string(h.root));
-  return text;
+  return text.append(" as its collective call #").append(std::to_string(h.call));
 }
 
 const AreaHeader& area_header(const char* area) {
@@ -210,8 +218,9 @@ class Slots {
     auto* h = const_cast<SlotHeader*>(header(call_.rank));
     // The line's old call is no longer there for a peer that checks it (check_past()).
     h->seq.store(0, std::memory_order_relaxed);
-    store_shape(h->shape, {count, kind, static_cast<std::uint32_t>(type),
-                           static_cast<std::uint32_t>(op), root});
+    store_shape(h->shape,
+                {count, static_cast<std::uint32_t>(call_.seq), kind,
+                 static_cast<std::uint8_t>(type), static_cast<std::uint8_t>(op), 0, root});
     h->seq.store(seq_, std::memory_order_release);
     mine_ = h;
     // The line of this rank's next call, asked for writing now: a peer that read it last
@@ -353,7 +362,8 @@ class Slots {
          "rank " + std::to_string(peer) + " called " + describe(shape) +
              " as same-host collective #" + std::to_string(past) + ", rank " +
              std::to_string(call_.rank) + " " + describe(mine.shape) +
-             ": every rank must call each collective with the same arguments");
+             ": every rank must make the same collective calls, in the same order, with the same "
+             "arguments");
   }
 
   // True once `peer` published this call; raises a usage Error if it published another.
@@ -373,7 +383,8 @@ class Slots {
       fail(ErrorKind::usage, peer,
            "rank " + std::to_string(peer) + " called " + describe(h.shape) + ", rank " +
                std::to_string(call_.rank) + " " + describe(mine_->shape) +
-               ": every rank must call each collective with the same arguments");
+               ": every rank must make the same collective calls, in the same order, with the same "
+               "arguments");
     }
     return true;
   }

@@ -611,6 +611,29 @@ TEST(Collectives, RootsThatDifferOnOneHostAreReportedByTheNextCallThatReads) {
   });
 }
 
+// A rank whose call fails its own argument checks (a usage error on that rank alone) took a
+// call number but no same-host one. Its next call must not pass for the call its peer is in:
+// with the same arguments, each rank used to reduce the other's call and return success (11
+// on both here), and every later call paired with the wrong one.
+TEST(Collectives, TheCallAfterOneOnlyThisRankRefusedIsNotTakenForThePeersCall) {
+  const ScopedEnv algo("ANVIEW_ALGO", "allreduce=shared");
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        float value = 1.0f;
+        comm.allreduce(&value, 1, DataType::float32, ReduceOp::sum);  // the first call's setup
+        ASSERT_EQ(value, 2.0f);
+        value = comm.rank() == 0 ? 10.0f : 1.0f;
+        if (comm.rank() == 0) {
+          EXPECT_THROW(comm.allreduce(nullptr, 1, DataType::float32, ReduceOp::sum), Error);
+        }
+        expect_usage_error(
+            [&] { comm.allreduce(&value, 1, DataType::float32, ReduceOp::sum); },
+            {"allreduce of 1 float32 sum as its collective call #", "in the same order"});
+      },
+      std::chrono::seconds(5));
+}
+
 // Nor does a run of such calls go on for good: a rank compares a peer's earlier calls where
 // it looks how far the peer got, before it writes over its own lines of them (a ring of 16).
 TEST(Collectives, ARunOfReducesWithoutTheirRootIsReportedWithinARingOfCalls) {
