@@ -1,7 +1,11 @@
 // The receiving half of the p2p protocol: what the Messenger does with each incoming frame
 // (transport::FrameSink). Every field read from the wire is checked before use; a frame that
 // breaks the protocol closes the link to its sender with a protocol Error.
+#include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <utility>
+#include <vector>
 
 #include "base/log.hpp"
 #include "p2p/messenger.hpp"
@@ -9,6 +13,30 @@
 
 namespace anview::p2p {
 namespace {
+
+// Adds [begin, end) to `ranges` (sorted, disjoint, adjacent ones merged); false, adding nothing,
+// where it overlaps a range already there.
+bool cover(std::vector<std::pair<std::size_t, std::size_t>>& ranges, std::size_t begin,
+           std::size_t end) {
+  if (begin == end) return true;
+  // The first range that ends after `begin` (ends increase along the vector).
+  auto next = std::lower_bound(ranges.begin(), ranges.end(), begin,
+                               [](const auto& range, std::size_t b) { return range.second <= b; });
+  if (next != ranges.end() && next->first < end) return false;
+  const bool joins_previous = next != ranges.begin() && std::prev(next)->second == begin;
+  const bool joins_next = next != ranges.end() && next->first == end;
+  if (joins_previous && joins_next) {
+    std::prev(next)->second = next->second;
+    ranges.erase(next);
+  } else if (joins_previous) {
+    std::prev(next)->second = end;
+  } else if (joins_next) {
+    next->first = begin;
+  } else {
+    ranges.insert(next, {begin, end});
+  }
+  return true;
+}
 
 // What an unexpected message costs the per-peer budget besides its payload: its queue entry
 // and allocation. So a stream of empty or one-byte messages nobody receives fills the budget
@@ -128,7 +156,18 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
                                  std::to_string(h.payload_bytes) + " bytes)");
         return {};
       }
-      return {.data = it->second->recv_data + h.arg, .defer = false};
+      // A sender's chunks partition the message. One over a part already covered (a chunk sent
+      // twice) would count its bytes twice: the receive would complete with a part never
+      // written, or never complete.
+      RequestImpl& recv = *it->second;
+      if (!cover(recv.covered, h.arg, h.arg + h.payload_bytes)) {
+        protocol_error(peer, "data frame for receive " + std::to_string(h.id) + " covers bytes " +
+                                 std::to_string(h.arg) + " to " +
+                                 std::to_string(h.arg + h.payload_bytes) +
+                                 " of the message again (a chunk came twice)");
+        return {};
+      }
+      return {.data = recv.recv_data + h.arg, .defer = false};
     }
     case FrameType::put:
     case FrameType::put_ack:

@@ -10,6 +10,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "anview/request.hpp"
 #include "base/clock.hpp"
@@ -57,6 +59,9 @@ class RequestImpl {
   std::size_t capacity = 0;
   std::size_t expected = 0;  // bytes of the matched message
   std::size_t received = 0;
+  // recv by rendezvous: the parts of the message its data frames cover, [begin, end), sorted,
+  // adjacent ones merged (one, usually); a frame over a part already covered is refused.
+  std::vector<std::pair<std::size_t, std::size_t>> covered;
 
   // external
   std::string operation;
