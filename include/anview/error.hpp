@@ -12,7 +12,8 @@
 //   auth       — a connection did not prove the job secret (ANVIEW_SECRET), or this rank
 //                could not: a wrong or missing secret, a replayed handshake (SECURITY.md).
 //   remote     — the peer served the request and refused it: an RPC to an unknown method, or a
-//                handler that raised (the cause is its message); the connection is fine.
+//                handler that raised (the cause is its message); or its part of a collective
+//                failed (the cause says how); the connection is fine.
 #pragma once
 
 #include <cstdint>

@@ -27,9 +27,10 @@ class Request {
   // that drives progress at that moment (inside wait/test/progress), outside internal locks, so
   // it may post new operations; it must not block. If the request is already complete the
   // callback runs at once on the calling thread. Every callback registered on a request runs
-  // (on_complete and co_await alike), in the order they were registered. An exception a
-  // callback throws while progress runs it is logged (error level) and dropped: it would
-  // otherwise surface in an unrelated wait, or end the progress thread.
+  // (on_complete and co_await alike); those registered while it is pending run in the order
+  // they were registered. An exception a callback throws while progress runs it is logged
+  // (error level) and dropped: it would otherwise surface in an unrelated wait, or end the
+  // progress thread.
   using Callback = std::function<void(const Status& status, const Error* error)>;
 
   Request() = default;

@@ -20,7 +20,7 @@ namespace {
 // and page pinning of a cross-memory read, small enough to stay in L2 for the reduction.
 constexpr std::size_t read_unit_bytes = 256 * 1024;
 
-constexpr std::uint32_t posting_magic = 0x50444e41;  // "ANDP", version 1
+constexpr std::uint32_t posting_magic = 0x32444e41;  // "AND2": version 2 (a one-byte "done")
 
 enum class DirectOp : std::uint32_t { allreduce = 1, reduce_scatter = 2 };
 
@@ -46,9 +46,16 @@ std::string describe(const Posting& p) {
   return text;
 }
 
+// Abandons the call's requests still pending: they point into buffers of the frame that calls
+// this, which go before the caller's run_guarded() would abandon them.
+void abandon_pending(Call& call, const Error& error) {
+  for (auto& r : call.posted)
+    if (!r->done.load(std::memory_order_acquire)) call.messenger.abandon(r, error);
+}
+
 // Sends `mine` to every peer and receives theirs; raises a usage Error naming the first peer
 // called with other arguments.
-std::vector<Posting> exchange_postings(Call& call, const Posting& mine) {
+std::vector<Posting> exchange_postings(Call& call, const Posting& mine) try {
   std::vector<Posting> theirs(static_cast<std::size_t>(call.size));
   std::vector<RequestPtr> recvs(static_cast<std::size_t>(call.size));
   for (int p = 0; p < call.size; ++p)
@@ -91,6 +98,9 @@ std::vector<Posting> exchange_postings(Call& call, const Posting& mine) {
     }
   }
   return theirs;
+} catch (const Error& e) {
+  abandon_pending(call, e);  // receives into `theirs`, sends from `mine`
+  throw;
 }
 
 // Runs `access`, a read from or a write into peer p's memory; a peer that offered memory we
@@ -107,10 +117,10 @@ void reach_peer(Call& call, int p, Access&& access) {
 
 // After its postings, a rank sends every peer one word: go (it has every posting and takes part:
 // from now on the peer may write into its receive buffer, and it leaves only after the peer's
-// "done", a zero-byte message) or no-go (it gave up before the call started: nobody may write
-// into it, and it waits for nobody). A rank writes into a peer only after the peer's go. These
-// messages are sent untracked (not in call.posted) from static bytes: a failing call must not
-// cancel them, the peers wait for them.
+// "done", a one-byte message that says how its part went) or no-go (it gave up before the call
+// started: nobody may write into it, and it waits for nobody). A rank writes into a peer only after
+// the peer's go. These messages are sent untracked (not in call.posted) from static bytes: a
+// failing call must not cancel them, the peers wait for them.
 enum class Word : std::uint8_t { go = 'G', no_go = 'N' };
 constexpr Word go_word = Word::go;
 constexpr Word no_go_word = Word::no_go;
@@ -179,10 +189,12 @@ std::optional<Error> peer_outcome(const Call& call, int p, std::uint8_t word) {
                 std::to_string(word) + ", which is no outcome";
     return Error(ErrorKind::protocol, std::move(ctx));
   }
+  // `remote`: the failure is the peer's (its kind is in the cause); this rank's own link and
+  // peers are fine, and a kind such as peer_lost would say otherwise.
   const auto kind = static_cast<ErrorKind>(word - 1);
   ctx.cause = "rank " + std::to_string(call.world(p)) + " failed its part of the call (" +
               to_string(kind) + " error): its share of this rank's result is missing or incomplete";
-  return Error(kind, std::move(ctx));
+  return Error(ErrorKind::remote, std::move(ctx));
 }
 
 // Says done (with this rank's outcome) to the peers that said go and waits for their done: no
@@ -205,12 +217,11 @@ std::optional<Error> finish(Call& call, const std::vector<bool>& said_go,
     if (!said_go[static_cast<std::size_t>(p)]) continue;
     auto error = await_peer(call, dones[static_cast<std::size_t>(p)], 1, p, start + call.timeout,
                             stall, "say it was done with this rank's buffers");
-    if (!error) error = peer_outcome(call, p, outcomes[static_cast<std::size_t>(p)]);
-    if (!error) continue;
-    if (failure && error->kind() == ErrorKind::timeout)
+    if (failure && error && error->kind() == ErrorKind::timeout)  // its done did not come
       base::log("coll", base::LogLevel::error, error->what(),
                 " (it may still write into the receive buffer)");
-    if (!failure) failure = error;
+    if (!error) error = peer_outcome(call, p, outcomes[static_cast<std::size_t>(p)]);
+    if (error && !failure) failure = error;
   }
   return failure;
 }
@@ -270,10 +281,7 @@ void run_direct(Call& call, const Posting& mine, Body&& body) {
   }
   std::vector<std::uint8_t> outcomes(static_cast<std::size_t>(call.size), 0);
   if (auto error = finish(call, said_go, failure, outcomes)) {
-    // Receives still pending point into `heard` and `outcomes`: they go before those do (the
-    // caller's run_guarded() would abandon them only after this frame is gone).
-    for (auto& r : call.posted)
-      if (!r->done.load(std::memory_order_acquire)) call.messenger.abandon(r, *error);
+    abandon_pending(call, *error);  // receives into `heard` and `outcomes`
     rethrow(call, *error);
   }
 }

@@ -417,8 +417,8 @@ void Messenger::collect_metrics(base::metrics::Sink& sink) const {
     sink.histogram("anview_p2p_latency_seconds", latency_help, with("sent"), st.send_latency);
     sink.histogram("anview_p2p_latency_seconds", latency_help, with("received"), st.recv_latency);
     sink.gauge("anview_p2p_unexpected_bytes",
-               "Bytes from a peer held before their receive was posted (flow control: reading "
-               "pauses at ANVIEW_UNEXPECTED_BYTES)",
+               "Bytes from a peer held before their receive was posted, 64 more per message "
+               "for its queue entry (flow control: reading pauses at ANVIEW_UNEXPECTED_BYTES)",
                l, static_cast<double>(ps.unexpected_bytes));
     sink.gauge("anview_p2p_reading_paused",
                "1 while frames from a peer wait because its unexpected-message budget is full", l,
@@ -507,11 +507,11 @@ void Completions::run() {
 }
 
 void Messenger::on_complete(RequestImpl& request, Request::Callback callback) {
-  if (on_complete_if_pending(request, callback)) return;
-  callback(request.status, request.error ? &*request.error : nullptr);
+  if (on_complete_if_pending(request, std::move(callback))) return;
+  callback(request.status, request.error ? &*request.error : nullptr);  // still ours: not moved
 }
 
-bool Messenger::on_complete_if_pending(RequestImpl& request, Request::Callback callback) {
+bool Messenger::on_complete_if_pending(RequestImpl& request, Request::Callback&& callback) {
   Lock lock(mu_);
   if (request.phase == RequestImpl::Phase::complete) return false;
   if (!request.callback) {
@@ -519,14 +519,23 @@ bool Messenger::on_complete_if_pending(RequestImpl& request, Request::Callback c
   } else {  // every callback registered runs, in the order they came (on_complete, co_await)
     request.callback = [first = std::move(request.callback), then = std::move(callback)](
                            const Status& status, const Error* error) {
-      std::exception_ptr thrown;  // the second runs even so; Completions::run() logs it
+      std::exception_ptr thrown;  // the second runs even so; Completions::run() logs the first
       try {
         first(status, error);
       } catch (...) {
         thrown = std::current_exception();
       }
-      then(status, error);
-      if (thrown) std::rethrow_exception(thrown);
+      if (!thrown) return then(status, error);
+      try {
+        then(status, error);
+      } catch (const std::exception& e) {
+        base::log("p2p", base::LogLevel::error,
+                  "a completion callback threw; the exception is dropped: ", e.what());
+      } catch (...) {
+        base::log("p2p", base::LogLevel::error,
+                  "a completion callback threw a non-standard exception; it is dropped");
+      }
+      std::rethrow_exception(thrown);
     };
   }
   return true;
@@ -812,8 +821,8 @@ std::string Messenger::describe_wait(const RequestImpl& r) const {
       if (!ps.deferred || (r.peer != any_source && r.peer != p)) continue;
       text += "; reading from rank " + std::to_string(p) +
               " is paused: " + std::to_string(ps.unexpected_bytes) +
-              " bytes of its messages wait for matching "
-              "receives (post them, or raise ANVIEW_UNEXPECTED_BYTES)";
+              " bytes of its messages (with 64 per message for its queue entry) wait for "
+              "matching receives (post them, or raise ANVIEW_UNEXPECTED_BYTES)";
     }
     return text;
   }

@@ -117,8 +117,9 @@ class Messenger final : public transport::FrameSink,
   // own outcome stands.
   bool abandon(const RequestPtr& request, const Error& error);
   void on_complete(RequestImpl& request, Request::Callback callback);
-  // Registers the callback only if the request is still pending; false when it is complete.
-  bool on_complete_if_pending(RequestImpl& request, Request::Callback callback);
+  // Registers the callback only if the request is still pending; false when it is complete
+  // (`callback` is then left as it was).
+  bool on_complete_if_pending(RequestImpl& request, Request::Callback&& callback);
   void progress();
 
   // Flushes, says goodbye, closes; pending requests fail with "communicator closed".

@@ -14,6 +14,7 @@
 
 #include "anview/communicator.hpp"
 #include "anview/error.hpp"
+#include "base/log.hpp"
 #include "base/socket.hpp"
 #include "bootstrap/launch_env.hpp"
 #include "support/scoped_env.hpp"
@@ -326,7 +327,12 @@ TEST(StoreServeAddress, RankZeroOfAJobRootedAtThisHostsNameIsReachableFromOtherH
     port = base::local_address(probe.get()).port();
   }
   const std::string root = host + ":" + std::to_string(port);
-  const auto resolved = base::SockAddr::from_host_port(host, port, {.operation = "test"});
+  base::SockAddr resolved;
+  try {
+    resolved = base::SockAddr::from_host_port(host, port, {.operation = "test"});
+  } catch (const Error& e) {
+    GTEST_SKIP() << "this machine's name does not resolve here: " << e.what();
+  }
   const bool loopback = resolved.host().starts_with("127.") || resolved.host() == "::1";
   const ServeAddress serve = store_serve_address(root, 0);
   if (!loopback) {
@@ -339,9 +345,12 @@ TEST(StoreServeAddress, RankZeroOfAJobRootedAtThisHostsNameIsReachableFromOtherH
   EXPECT_EQ(serve.address, "0.0.0.0:" + std::to_string(port));
   const testing::ScopedEnv rank("ANVIEW_RANK", "0"), world("ANVIEW_WORLD_SIZE", "1"),
       at("ANVIEW_ROOT", root.c_str()), secret("ANVIEW_SECRET", "test-secret");
-  const Communicator comm = Communicator::from_env();
-  EXPECT_EQ(comm.size(), 1);
-  EXPECT_EQ(listener_on(port), "00000000");  // every address, not 127.0.0.1 only
+  {
+    const Communicator comm = Communicator::from_env();
+    EXPECT_EQ(comm.size(), 1);
+    EXPECT_EQ(listener_on(port), "00000000");  // every address, not 127.0.0.1 only
+  }
+  base::set_log_rank(-1);  // from_env() set it for the process (the other tests' default)
 }
 
 }  // namespace

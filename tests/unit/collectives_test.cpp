@@ -115,37 +115,40 @@ TEST(Collectives, AllreduceDirectFailsOnEveryRankWhenOnePeerFailsItsPart) {
   ScopedEnv forced("ANVIEW_ALGO", "allreduce=direct");
   constexpr std::size_t segment_floats = 4096;  // four pages each: segment 2 is whole pages
   constexpr std::size_t count = 3 * segment_floats;
+  constexpr std::size_t bytes = count * sizeof(float);
+  // Every rank's buffers outlive all the ranks: a rank that gives up on a peer (rank 2 closes
+  // its link to rank 0) may return while that peer still writes into its receive buffer.
+  std::vector<float*> send(3);
+  std::vector<std::vector<float>> recv(3, std::vector<float>(count, -1.0f));
+  for (auto& s : send) {
+    void* mapped =
+        ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mapped, MAP_FAILED);
+    s = static_cast<float*>(mapped);
+    std::fill(s, s + count, 1.0f);
+  }
+  // Rank 0 reads only its own segment 0 of its send buffer.
+  ASSERT_EQ(::mprotect(send[0] + 2 * segment_floats, segment_floats * sizeof(float), PROT_NONE), 0);
   std::vector<std::string> outcome(3);
   run_ranks(
       3,
       [&](Communicator& comm) {
-        const int me = comm.rank();
-        const std::size_t bytes = count * sizeof(float);
-        void* mapped =
-            ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        ASSERT_NE(mapped, MAP_FAILED);
-        auto* send = static_cast<float*>(mapped);
-        std::fill(send, send + count, 1.0f);
-        std::vector<float> recv(count, -1.0f);
-        if (me == 0) {  // rank 0 reads only its own segment 0 of it
-          ASSERT_EQ(
-              ::mprotect(send + 2 * segment_floats, segment_floats * sizeof(float), PROT_NONE), 0);
-        }
+        const auto me = static_cast<std::size_t>(comm.rank());
         try {
-          comm.allreduce(send, recv.data(), count, DataType::float32, ReduceOp::sum);
-          outcome[static_cast<std::size_t>(me)] = "success, element " +
-                                                  std::to_string(2 * segment_floats) + " = " +
-                                                  std::to_string(recv[2 * segment_floats]);
+          comm.allreduce(send[me], recv[me].data(), count, DataType::float32, ReduceOp::sum);
+          outcome[me] = "success, element " + std::to_string(2 * segment_floats) + " = " +
+                        std::to_string(recv[me][2 * segment_floats]);
         } catch (const Error& e) {
-          outcome[static_cast<std::size_t>(me)] = e.what();
+          outcome[me] = e.what();
         }
-        ::munmap(mapped, bytes);
       },
       std::chrono::seconds(10));
   for (int r = 0; r < 3; ++r)
     EXPECT_EQ(outcome[static_cast<std::size_t>(r)].rfind("success", 0), std::string::npos)
         << "rank " << r << ": " << outcome[static_cast<std::size_t>(r)];
+  EXPECT_NE(outcome[1].find("anview remote error"), std::string::npos) << outcome[1];
   EXPECT_NE(outcome[1].find("rank 2 failed its part of the call"), std::string::npos) << outcome[1];
+  for (float* s : send) ::munmap(s, bytes);
 }
 
 TEST(Collectives, ReduceScatterDirectEveryRankCountInAndOutOfPlace) {

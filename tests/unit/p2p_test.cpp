@@ -274,8 +274,10 @@ TEST(P2pSemantics, CallbackRunsOnceWithTheStatus) {
 // second used to replace the first, which then never ran (a coroutine never resumed).
 TEST(P2pSemantics, EveryCallbackOfARequestRunsInOrder) {
   run_ranks(2, [](Communicator& comm) {
-    std::vector<unsigned char> buf(100000, 1);  // rendezvous: the receive is pending a while
+    std::vector<unsigned char> buf(100000, 1);
+    char go = 0;
     if (comm.rank() == 0) {
+      comm.recv(&go, 1, 1, Tag{9});  // rank 1's callbacks are in place
       comm.send(buf.data(), buf.size(), 1, Tag{3});
       return;
     }
@@ -286,6 +288,7 @@ TEST(P2pSemantics, EveryCallbackOfARequestRunsInOrder) {
       EXPECT_EQ(s.bytes, buf.size());
       order.push_back(2);
     });
+    comm.send(&go, 1, 0, Tag{9});
     r.wait();
     EXPECT_EQ(order, (std::vector<int>{1, 2}));
   });
@@ -297,14 +300,19 @@ TEST(P2pSemantics, EveryCallbackOfARequestRunsInOrder) {
 TEST(P2pSemantics, ACallbackThatThrowsStopsNothing) {
   run_ranks(2, [](Communicator& comm) {
     int value = 0;
+    char go = 0;
     if (comm.rank() == 0) {
+      comm.recv(&go, 1, 1, Tag{9});  // rank 1's callbacks are in place
       for (int v : {1, 2}) comm.send(&v, sizeof v, 1, Tag{4});
       return;
     }
     bool second_ran = false;
     Request r = comm.irecv(&value, sizeof value, 0, Tag{4});
+    // Pending for sure (on a complete request a callback runs at once, on this thread, and
+    // its exception is the caller's).
     r.on_complete([](const Status&, const Error*) { throw std::runtime_error("user bug"); });
     r.on_complete([&](const Status&, const Error*) { second_ran = true; });
+    comm.send(&go, 1, 0, Tag{9});
     EXPECT_EQ(r.wait().bytes, sizeof value);
     EXPECT_TRUE(second_ran);
     EXPECT_EQ(comm.recv(&value, sizeof value, 0, Tag{4}, 5s).bytes, sizeof value);
