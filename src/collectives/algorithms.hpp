@@ -62,6 +62,14 @@ struct Call {
   }
 };
 
+// Abandons the call's requests still pending (cancelled, or their link closed), so that none
+// uses its buffer any more. An algorithm whose buffers go before run_guarded() would do it
+// (its own locals) calls this itself.
+inline void abandon_pending(Call& call, const Error& error) {
+  for (auto& r : call.posted)
+    if (!r->done.load(std::memory_order_acquire)) call.messenger.abandon(r, error);
+}
+
 // Runs `algorithm` on `call`; if it throws, abandons the call's pending requests first.
 template <typename Algorithm>
 void run_guarded(Call& call, Algorithm&& algorithm) {
@@ -69,8 +77,7 @@ void run_guarded(Call& call, Algorithm&& algorithm) {
     algorithm();
   } catch (const Error& e) {
     call.record.failed(e.what());
-    for (auto& r : call.posted)
-      if (!r->done.load(std::memory_order_acquire)) call.messenger.abandon(r, e);
+    abandon_pending(call, e);
     throw;
   }
 }

@@ -46,13 +46,6 @@ std::string describe(const Posting& p) {
   return text;
 }
 
-// Abandons the call's requests still pending: they point into buffers of the frame that calls
-// this, which go before the caller's run_guarded() would abandon them.
-void abandon_pending(Call& call, const Error& error) {
-  for (auto& r : call.posted)
-    if (!r->done.load(std::memory_order_acquire)) call.messenger.abandon(r, error);
-}
-
 // Sends `mine` to every peer and receives theirs; raises a usage Error naming the first peer
 // called with other arguments.
 std::vector<Posting> exchange_postings(Call& call, const Posting& mine) try {

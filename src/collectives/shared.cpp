@@ -150,6 +150,10 @@ const char* kind_name(SlotOp k) {
   return "an unknown collective";
 }
 
+// What a mismatch error adds to the two calls it names.
+constexpr char mismatch_rule[] =
+    ": every rank must make the same collective calls, in the same order, with the same arguments";
+
 // What a slot says about its call, for error messages.
 std::string describe(const CallShape& h) {
   std::string text = kind_name(h.kind);
@@ -361,9 +365,7 @@ class Slots {
     fail(ErrorKind::usage, peer,
          "rank " + std::to_string(peer) + " called " + describe(shape) +
              " as same-host collective #" + std::to_string(past) + ", rank " +
-             std::to_string(call_.rank) + " " + describe(mine.shape) +
-             ": every rank must make the same collective calls, in the same order, with the same "
-             "arguments");
+             std::to_string(call_.rank) + " " + describe(mine.shape) + mismatch_rule);
   }
 
   // True once `peer` published this call; raises a usage Error if it published another.
@@ -382,9 +384,7 @@ class Slots {
       areas_.usage_in_call = seq_;
       fail(ErrorKind::usage, peer,
            "rank " + std::to_string(peer) + " called " + describe(h.shape) + ", rank " +
-               std::to_string(call_.rank) + " " + describe(mine_->shape) +
-               ": every rank must make the same collective calls, in the same order, with the same "
-               "arguments");
+               std::to_string(call_.rank) + " " + describe(mine_->shape) + mismatch_rule);
     }
     return true;
   }

@@ -487,6 +487,20 @@ std::string callback_owner(const RequestImpl& r) {
   return text;
 }
 
+// Logs the exception in flight (call it in a catch block) of `r`'s completion callback, which
+// is dropped.
+void log_dropped_exception(const RequestImpl& r) {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    base::log("p2p", base::LogLevel::error, "a completion callback (", callback_owner(r),
+              ") threw; the exception is dropped: ", e.what());
+  } catch (...) {
+    base::log("p2p", base::LogLevel::error, "a completion callback (", callback_owner(r),
+              ") threw a non-standard exception; it is dropped");
+  }
+}
+
 }  // namespace
 
 void Completions::run() {
@@ -496,12 +510,8 @@ void Completions::run() {
   for (auto& [r, callback] : callbacks_) {
     try {
       callback(r->status, r->error ? &*r->error : nullptr);
-    } catch (const std::exception& e) {
-      base::log("p2p", base::LogLevel::error, "a completion callback (", callback_owner(*r),
-                ") threw; the exception is dropped: ", e.what());
     } catch (...) {
-      base::log("p2p", base::LogLevel::error, "a completion callback (", callback_owner(*r),
-                ") threw a non-standard exception; it is dropped");
+      log_dropped_exception(*r);
     }
   }
 }
@@ -517,25 +527,16 @@ bool Messenger::on_complete_if_pending(RequestImpl& request, Request::Callback&&
   if (!request.callback) {
     request.callback = std::move(callback);
   } else {  // every callback registered runs, in the order they came (on_complete, co_await)
-    request.callback = [first = std::move(request.callback), then = std::move(callback)](
+    // The first one's exception is dropped here, so that the second runs; Completions::run()
+    // drops the second one's.
+    request.callback = [&request, first = std::move(request.callback), then = std::move(callback)](
                            const Status& status, const Error* error) {
-      std::exception_ptr thrown;  // the second runs even so; Completions::run() logs the first
       try {
         first(status, error);
       } catch (...) {
-        thrown = std::current_exception();
+        log_dropped_exception(request);
       }
-      if (!thrown) return then(status, error);
-      try {
-        then(status, error);
-      } catch (const std::exception& e) {
-        base::log("p2p", base::LogLevel::error,
-                  "a completion callback threw; the exception is dropped: ", e.what());
-      } catch (...) {
-        base::log("p2p", base::LogLevel::error,
-                  "a completion callback threw a non-standard exception; it is dropped");
-      }
-      std::rethrow_exception(thrown);
+      then(status, error);
     };
   }
   return true;
