@@ -1,5 +1,6 @@
 #include "base/shared_segment.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -19,9 +20,10 @@ namespace {
 }  // namespace
 
 SharedSegment::SharedSegment(const std::string& name, std::size_t bytes)
-    : fd_(::memfd_create(name.c_str(), MFD_CLOEXEC)), bytes_(bytes) {
+    : fd_(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING)), bytes_(bytes) {
   if (!fd_.valid()) fail("memfd_create");
   if (::ftruncate(fd_.get(), static_cast<off_t>(bytes)) != 0) fail("ftruncate");
+  if (!seal_size(fd_.get())) fail("fcntl(F_ADD_SEALS)");
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.get(), 0);
   if (p == MAP_FAILED) fail("mmap");
   data_ = static_cast<char*>(p);
@@ -29,6 +31,15 @@ SharedSegment::SharedSegment(const std::string& name, std::size_t bytes)
 
 SharedSegment::~SharedSegment() {
   if (data_ != nullptr) ::munmap(data_, bytes_);
+}
+
+bool seal_size(int fd) {
+  return ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0;
+}
+
+bool size_is_sealed(int fd) {
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  return seals >= 0 && (seals & F_SEAL_SHRINK) != 0;
 }
 
 std::shared_ptr<char> map_from_process(int pid, int fd, std::size_t bytes, std::string* why) {
@@ -46,6 +57,11 @@ std::shared_ptr<char> map_from_process(int pid, int fd, std::size_t bytes, std::
   if (::fstat(copy.get(), &st) != 0) return failed("fstat");
   if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < bytes) {
     if (why) *why = "descriptor " + std::to_string(fd) + " is no longer the region's memory";
+    return nullptr;
+  }
+  // Memory whose owner can still shrink it: a touch past the new end would be SIGBUS here.
+  if (!size_is_sealed(copy.get())) {
+    if (why) *why = "descriptor " + std::to_string(fd) + "'s size is not sealed against shrinking";
     return nullptr;
   }
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, copy.get(), 0);

@@ -14,6 +14,7 @@ namespace anview::base {
 class SharedSegment {
  public:
   // Raises std::system_error when the memory cannot be had (memfd_create, ftruncate, mmap).
+  // Its size is sealed (seal_size()).
   SharedSegment(const std::string& name, std::size_t bytes);
   ~SharedSegment();
   SharedSegment(const SharedSegment&) = delete;
@@ -29,8 +30,18 @@ class SharedSegment {
   std::size_t bytes_ = 0;
 };
 
+// A memfd made with MFD_ALLOW_SEALING gets its size sealed (F_SEAL_SHRINK, F_SEAL_GROW, then
+// F_SEAL_SEAL): no process that can open it (a peer through /proc/PID/fd or pidfd_getfd, with
+// the rights cross-memory attach needs) can truncate it under a mapping, where the next touch
+// past the new end would kill the mapping's process with SIGBUS. False, errno set, if it cannot.
+bool seal_size(int fd);
+// Whether `fd`'s size is sealed against shrinking: only then is a mapping of memory another
+// process made safe from that process.
+bool size_is_sealed(int fd);
+
 // Maps `bytes` of file descriptor `fd` of process `pid` (pidfd_getfd: the same permission as
-// cross-memory attach) read-write into this process; null with `why` set when it cannot.
+// cross-memory attach) read-write into this process; null with `why` set when it cannot (among
+// others: its size is not sealed).
 // The mapping stays valid after the other process closes or exits; the pointer unmaps it.
 std::shared_ptr<char> map_from_process(int pid, int fd, std::size_t bytes, std::string* why);
 

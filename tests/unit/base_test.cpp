@@ -1,6 +1,8 @@
 // base/: error messages, settings parsing, the progress engine.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -19,6 +21,7 @@
 #include "base/limits.hpp"
 #include "base/log.hpp"
 #include "base/progress_engine.hpp"
+#include "base/shared_segment.hpp"
 #include "base/socket.hpp"
 #include "base/ticks.hpp"
 #include "support/expect_error.hpp"
@@ -328,6 +331,32 @@ TEST(Socket, ConnectInterruptedByASignalKeepsWaiting) {
   ::sigaction(SIGALRM, &before, nullptr);
   EXPECT_EQ(e.kind(), ErrorKind::timeout) << e.what();
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(550));
+}
+
+// Memory same-host peers map (Communicator::allocate_memory): a peer that can open it
+// (/proc/PID/fd, pidfd_getfd) cannot shrink it under our mapping, where the next touch past the
+// new end would kill this process with SIGBUS.
+TEST(SharedSegment, APeerThatOpensItCannotShrinkIt) {
+  constexpr std::size_t bytes = 1 << 16;
+  SharedSegment segment("anview-test", bytes);
+  const std::string path = "/proc/self/fd/" + std::to_string(segment.fd());
+  Fd opened(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(opened.valid()) << errno_text(errno);
+  ASSERT_NE(::ftruncate(opened.get(), 0), 0) << "a peer shrank the segment";
+  EXPECT_EQ(errno, EPERM);
+  segment.data()[bytes - 1] = 1;
+  std::string why;
+  EXPECT_TRUE(map_from_process(static_cast<int>(::getpid()), segment.fd(), bytes, &why)) << why;
+}
+
+// Memory a peer offers whose size the peer could still shrink is not mapped.
+TEST(SharedSegment, MemoryWhoseSizeIsNotSealedIsNotMapped) {
+  Fd unsealed(::memfd_create("anview-unsealed", MFD_CLOEXEC));
+  ASSERT_TRUE(unsealed.valid()) << errno_text(errno);
+  ASSERT_EQ(::ftruncate(unsealed.get(), 4096), 0);
+  std::string why;
+  EXPECT_FALSE(map_from_process(static_cast<int>(::getpid()), unsealed.get(), 4096, &why));
+  EXPECT_NE(why.find("not sealed"), std::string::npos) << why;
 }
 
 }  // namespace

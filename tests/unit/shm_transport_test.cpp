@@ -3,6 +3,8 @@
 // ring contents, a version mismatch, and a peer that leaves.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -453,6 +455,54 @@ TEST(ShmTransport, ASegmentWithMoreSlotsThanRanksIsALinkError) {
   ASSERT_TRUE(failure.has_value());
   EXPECT_EQ(failure->context().peer, 0);
   EXPECT_NE(std::string(failure->what()).find("1000 slots"), std::string::npos) << failure->what();
+}
+
+// A peer's segment whose size is not sealed: the peer could shrink it under our mapping (our
+// next touch past the new end would be SIGBUS). A link error, and nothing of it is used.
+TEST(ShmTransport, APeerSegmentWhoseSizeIsNotSealedIsALinkError) {
+  Ranks ranks(2);
+  ranks.connect_rank(0);
+  // Rank 0's segment as it is now (its ring for rank 1 set up), copied into memory whose size
+  // is not sealed, and offered to rank 1 in its place.
+  Endpoint e;
+  std::string why;
+  ASSERT_TRUE(decode_endpoint(ranks.info(0).endpoints.at("shm"), e, &why)) << why;
+  base::Fd original(open_peer_segment(e.pid, e.segment_fd, &why));
+  ASSERT_TRUE(original.valid()) << why;
+  struct stat st {};
+  ASSERT_EQ(::fstat(original.get(), &st), 0);
+  std::vector<char> bytes(static_cast<std::size_t>(st.st_size));
+  ASSERT_EQ(::pread(original.get(), bytes.data(), bytes.size(), 0), st.st_size);
+  base::Fd copy(::memfd_create("anview-unsealed", MFD_CLOEXEC));
+  ASSERT_TRUE(copy.valid());
+  ASSERT_EQ(::pwrite(copy.get(), bytes.data(), bytes.size(), 0), st.st_size);
+  e.segment_fd = copy.get();
+  ranks.info(0).endpoints["shm"] = encode_endpoint(e);
+
+  ranks.connect_rank(1);
+  for (int i = 0; i < 10; ++i) ranks.poll();
+  const auto failure = ranks.transport(1).setup_failure();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->kind(), ErrorKind::link);
+  EXPECT_EQ(failure->context().peer, 0);
+  EXPECT_NE(std::string(failure->what()).find("not sealed"), std::string::npos) << failure->what();
+}
+
+// A peer that can open a rank's segment cannot shrink it under the rank's mappings.
+TEST(ShmTransport, APeerCannotShrinkARanksSegment) {
+  Ranks ranks(2);
+  ranks.connect();
+  Endpoint e;
+  std::string why;
+  ASSERT_TRUE(decode_endpoint(ranks.info(0).endpoints.at("shm"), e, &why)) << why;
+  base::Fd opened(open_peer_segment(e.pid, e.segment_fd, &why));
+  ASSERT_TRUE(opened.valid()) << why;
+  ASSERT_NE(::ftruncate(opened.get(), 0), 0) << "rank 0's segment was shrunk";
+  EXPECT_EQ(errno, EPERM);
+  ranks.send(1, 0, 5, "still here");
+  for (int i = 0; i < 100 && ranks.sink(0).frames.empty(); ++i) ranks.poll();
+  ASSERT_EQ(ranks.sink(0).frames.size(), 1u);
+  EXPECT_EQ(ranks.sink(0).frames[0].payload, "still here");
 }
 
 // The rank a closing peer names as the cause comes from memory the peer writes: one that is

@@ -15,6 +15,7 @@
 #include "base/clock.hpp"
 #include "base/log.hpp"
 #include "base/random.hpp"
+#include "base/shared_segment.hpp"
 #include "transport/cross_memory.hpp"
 #include "transport/shm/shm_transport.hpp"
 
@@ -80,6 +81,11 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   const bool sized = ::fstat(fd, &file) == 0 &&
                      static_cast<std::uint64_t>(file.st_size) >=
                          area_offset(static_cast<int>(slots), endpoint_.ring_bytes) + area_bytes;
+  // And it stays that large: a peer that could shrink it would make our next touch SIGBUS.
+  if (sized && !base::size_is_sealed(fd)) {
+    if (why) *why = "its segment's size is not sealed against shrinking (F_SEAL_SHRINK)";
+    return false;
+  }
   if (magic != segment_magic || version != segment_version || ring_bytes != endpoint_.ring_bytes ||
       slots != static_cast<std::uint32_t>(owner_.world_size()) || areas != area_bytes || !sized) {
     if (why) {

@@ -14,6 +14,7 @@
 #include "base/config.hpp"
 #include "base/limits.hpp"
 #include "base/log.hpp"
+#include "base/shared_segment.hpp"
 #include "bootstrap/interfaces.hpp"
 #include "transport/cross_memory.hpp"
 
@@ -152,9 +153,11 @@ ShmTransport::ShmTransport(const TransportContext& context)
   // A machine without memfd or unix sockets is not an error: can_reach says why, and the
   // next transport in ANVIEW_TRANSPORTS serves the peers. (Each step below says why it failed,
   // so there is no separate usable_here() probe at start-up.)
-  segment_ = base::Fd(::memfd_create("anview-shm", MFD_CLOEXEC));
+  // Its size sealed: a peer maps it, and must not be able to shrink it under our mapping.
+  segment_ = base::Fd(::memfd_create("anview-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   const std::size_t bytes = area_offset(context.world_size, ring_bytes_) + area_bytes;
-  if (!segment_.valid() || ::ftruncate(segment_.get(), static_cast<off_t>(bytes)) != 0) {
+  if (!segment_.valid() || ::ftruncate(segment_.get(), static_cast<off_t>(bytes)) != 0 ||
+      !base::seal_size(segment_.get())) {
     unusable_ = "cannot create a segment of " + std::to_string(bytes) +
                 " bytes: " + base::errno_text(errno);
     return;
