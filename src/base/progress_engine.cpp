@@ -1,5 +1,7 @@
 #include "base/progress_engine.hpp"
 
+#include "base/log.hpp"
+
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -89,7 +91,22 @@ bool ProgressEngine::run_pollers(bool hinted_only) {
   return busy;
 }
 
+namespace {
+std::atomic<std::uint64_t> overlapping_waits_seen{0};
+}  // namespace
+
+std::uint64_t ProgressEngine::overlapping_waits() {
+  return overlapping_waits_seen.load(std::memory_order_relaxed);
+}
+
 int ProgressEngine::wait_events(int timeout_ms) {
+  // The check costs one exchange next to a system call.
+  if (in_wait_.exchange(true, std::memory_order_acquire) &&
+      overlapping_waits_seen.fetch_add(1, std::memory_order_relaxed) == 0) {
+    log("engine", LogLevel::error,
+        "internal error: two threads poll one progress engine at once (events of one may be "
+        "dispatched by the other)");
+  }
   const bool sleeping = timeout_ms != 0 && !before_sleep_.empty();
   if (sleeping) {
     for (auto& hook : before_sleep_)
@@ -101,6 +118,7 @@ int ProgressEngine::wait_events(int timeout_ms) {
   } while (n < 0 && errno == EINTR);
   if (sleeping)
     for (auto& hook : after_wake_) hook();
+  in_wait_.store(false, std::memory_order_release);
   return n < 0 ? 0 : n;
 }
 

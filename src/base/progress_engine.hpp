@@ -72,6 +72,10 @@ class ProgressEngine {
   bool run_pollers(bool hinted_only = false);
   int wait_events(int timeout_ms);
   void dispatch_events(int count);
+  // Times, in this process, that a thread entered wait_events() while another was in it: the
+  // one-driver rule above broken (the events of one would be dispatched by the other). Logged
+  // at error level the first time; tests check it stays 0.
+  static std::uint64_t overlapping_waits();
   // Makes a sleeping poll() return now (another thread queued work).
   void wakeup();
 
@@ -97,6 +101,7 @@ class ProgressEngine {
   std::vector<std::function<void()>> after_wake_;
   static constexpr int max_events = 64;
   epoll_event events_[max_events];
+  std::atomic<bool> in_wait_{false};  // a thread is in wait_events() (the rule's check)
   // Handlers removed by name since the last dispatch: their events collected before the
   // removal are skipped (a removed handler may be destroyed at once). Under removed_mu_,
   // since removal may come from another thread; any_removed_ keeps rounds without removals

@@ -579,11 +579,16 @@ bool Messenger::test(RequestImpl& request) {
 }
 
 bool Messenger::take_driver_role() {
-  return !driving_.load(std::memory_order_relaxed) &&
-         !driving_.exchange(true, std::memory_order_acquire);
+  if (closing_.load(std::memory_order_relaxed) || driving_.load(std::memory_order_relaxed) ||
+      driving_.exchange(true, std::memory_order_acquire)) {
+    return false;
+  }
+  driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  return true;
 }
 
 void Messenger::release_driver_role() {
+  driver_.store(std::thread::id{}, std::memory_order_relaxed);
   // Pairs with the sleepers' increment-then-check under mu_ in wait(): either they see the
   // role free, or we see them and wake them.
   driving_.store(false, std::memory_order_seq_cst);
@@ -682,6 +687,11 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
     for (unsigned spins = 1; !done() && now < deadline; ++spins) {
       const bool spinning = now < spin_end;
       drive(spinning ? 0 : base::ms_left(deadline, 100));
+      if (closing_.load(std::memory_order_relaxed)) {  // shutdown() waits for the role
+        release_driver_role();
+        gave_up_role = true;
+        break;
+      }
       if (spinning && spins % 16 != 0) continue;
       now = base::Clock::now();
       if (!spinning && now >= next_watch) {
@@ -871,15 +881,48 @@ bool Messenger::abandon(const RequestPtr& ref, const Error& error) {
   return true;
 }
 
+bool Messenger::take_driver_role_to_close(base::Deadline deadline) {
+  closing_.store(true, std::memory_order_seq_cst);
+  while (driving_.load(std::memory_order_relaxed) ||
+         driving_.exchange(true, std::memory_order_acquire)) {
+    if (base::Clock::now() >= deadline) {
+      closing_.store(false, std::memory_order_relaxed);
+      base::log("p2p", base::LogLevel::warn, "rank ", config_.rank,
+                ": close: another thread of this rank still drives progress (a completion "
+                "callback that does not return?); closing beside it");
+      return false;
+    }
+    engine_.wakeup();  // out of its sleep in epoll, to see closing_
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  closing_.store(false, std::memory_order_relaxed);  // driving_ keeps the others out now
+  return true;
+}
+
 void Messenger::shutdown() {
   stop_background_progress();
+  const base::Deadline deadline =
+      base::deadline_after(std::min<std::chrono::milliseconds>(config_.timeout, shutdown_linger));
+  // The transports' shutdown drives the engine (flushes, goodbyes), which only the driver
+  // may: beside a thread that drives it (one waiting on a Request of this communicator), the
+  // two would fill the engine's one event buffer at once, and one would dispatch events the
+  // other collected, for connections closed meanwhile. A completion callback that closes runs
+  // on the thread that holds the role already.
+  const bool role_here = driving_.load(std::memory_order_relaxed) &&
+                         driver_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  struct Role {
+    Messenger& m;
+    bool taken;
+    ~Role() {
+      if (taken) m.release_driver_role();
+    }
+  } role{*this, !role_here && take_driver_role_to_close(deadline)};
   Completions completed;
   {
     Lock lock(mu_);
     if (closed_) return;
     closed_ = true;
-    const base::Deadline deadline =
-        base::deadline_after(std::min<std::chrono::milliseconds>(config_.timeout, shutdown_linger));
     for (auto& t : transports_) t->shutdown(deadline);
     self_->shutdown(deadline);
     auto fail = [&](const RequestPtr& r) {

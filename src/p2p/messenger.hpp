@@ -315,17 +315,23 @@ class Messenger final : public transport::FrameSink,
   bool all_remote_peers_failed() const;
   bool take_driver_role();
   void release_driver_role();  // wakes threads sleeping on cv_
+  // shutdown()'s way to the role: it asks the thread that holds it to give it up (closing_),
+  // wakes it from its sleep in epoll, and waits for it up to `deadline`. False (logged) if the
+  // role stayed taken.
+  bool take_driver_role_to_close(base::Deadline deadline);
   // One round of progress as the driver; sleeps up to sleep_ms when idle.
   // `polled`: a program's progress() or test(), not a waiter's spin.
   void drive(int sleep_ms, bool polled = false);
 
   MessengerConfig config_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;        // signalled when requests complete or the driver leaves
-  std::atomic<bool> driving_{false};  // a thread drives progress (lock-free role)
-  bool pollers_busy_ = true;          // the driver's: pollers had work on the last round
-  unsigned rounds_to_fd_check_ = 1;   // the driver's: rounds until epoll is polled again
-  unsigned fd_check_every_ = 1;       // such rounds poll epoll once per this many
+  std::condition_variable cv_;             // signalled when requests complete or the driver leaves
+  std::atomic<bool> driving_{false};       // a thread drives progress (lock-free role)
+  std::atomic<std::thread::id> driver_{};  // the thread that holds the role
+  std::atomic<bool> closing_{false};       // shutdown() wants the role: no one else takes it
+  bool pollers_busy_ = true;               // the driver's: pollers had work on the last round
+  unsigned rounds_to_fd_check_ = 1;        // the driver's: rounds until epoll is polled again
+  unsigned fd_check_every_ = 1;            // such rounds poll epoll once per this many
   base::Clock::time_point last_fd_check_{};  // the driver's: when epoll was last polled
   std::atomic<int> sleepers_{0};             // threads sleeping on cv_ (incremented under mu_)
 

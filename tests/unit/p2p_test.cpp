@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "base/progress_engine.hpp"
 #include "support/scoped_env.hpp"
 #include "support/thread_ranks.hpp"
 
@@ -727,6 +728,59 @@ TEST_P(P2pClosedWhilePaused, APeerThatClosesWhileReadingIsPausedIsReportedLostAt
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, P2pClosedWhilePaused,
+                         ::testing::Values("shm", "tcp"
+#if defined(ANVIEW_HAVE_UCX)
+                                           ,
+                                           "ucx"
+#endif
+                                           ),
+                         [](const auto& p) { return std::string(p.param); });
+
+// One thread waits on a Request while another drops the communicator's last handle: the
+// close drives the engine (flushes, goodbyes) only once the waiter gave the driver role up, and
+// the waiter's request fails as closed. Before, both drove the engine at once: two epoll_waits
+// filled its one event buffer, and one thread could dispatch events the other had collected,
+// for connections closed meanwhile (TSan: a data race on that buffer).
+class P2pClosedWhileWaiting : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(P2pClosedWhileWaiting, TheWaitingThreadGetsAClosedErrorAndNothingElseDrivesMeanwhile) {
+  anview::testing::ScopedEnv transports("ANVIEW_TRANSPORTS", GetParam());
+  anview::testing::ScopedEnv ucx_tls("UCX_TLS", "tcp");
+  std::jthread waiter;          // joined after the communicator closed
+  std::atomic<int> outcome{0};  // 1: the closed error; 2: another error; 3: no error
+  int value = 0;
+  const std::uint64_t overlaps = base::ProgressEngine::overlapping_waits();
+  run_ranks(2, [&](Communicator& comm) {
+    if (comm.rank() == 1) {
+      int v = 0;
+      EXPECT_THROW(comm.recv(&v, sizeof v, 0, Tag{5}, 10s), Error);  // rank 0 closes
+      return;
+    }
+    std::atomic<bool> waiting{false};
+    waiter = std::jthread(
+        [&outcome, &waiting, r = comm.irecv(&value, sizeof value, 1, Tag{9})]() mutable {
+          waiting = true;
+          try {
+            r.wait(10s);
+            outcome = 3;
+          } catch (const Error& e) {
+            outcome = e.kind() == ErrorKind::usage &&
+                              std::string(e.what()).find("closed") != std::string::npos
+                          ? 1
+                          : 2;
+            if (outcome == 2) ADD_FAILURE() << e.what();
+          }
+        });
+    while (!waiting) std::this_thread::yield();
+    std::this_thread::sleep_for(200ms);  // it spins, then sleeps in epoll with the role
+  });  // rank 0's communicator closes here, beside the waiting thread
+  waiter.join();
+  EXPECT_EQ(outcome.load(), 1);
+  EXPECT_EQ(base::ProgressEngine::overlapping_waits(), overlaps)
+      << "the close polled the engine while the waiting thread was in it";
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, P2pClosedWhileWaiting,
                          ::testing::Values("shm", "tcp"
 #if defined(ANVIEW_HAVE_UCX)
                                            ,
