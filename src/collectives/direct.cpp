@@ -96,18 +96,6 @@ std::vector<Posting> exchange_postings(Call& call, const Posting& mine) try {
   throw;
 }
 
-// Runs `access`, a read from or a write into peer p's memory; a peer that offered memory we
-// cannot reach has its link closed.
-template <typename Access>
-void reach_peer(Call& call, int p, Access&& access) {
-  try {
-    access();
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::protocol) call.messenger.fail_peer(p, e);
-    throw;
-  }
-}
-
 // After its postings, a rank sends every peer one word: go (it has every posting and takes part:
 // from now on the peer may write into its receive buffer, and it leaves only after the peer's
 // "done", a one-byte message that says how its part went) or no-go (it gave up before the call
@@ -265,6 +253,9 @@ void run_direct(Call& call, const Posting& mine, Body&& body) {
       if (error && !failure) failure = error;
     }
   }
+  // A read or write that fails (a peer's pages unreadable, say: a protocol error) fails the
+  // call, not the link: the peers that said go may be writing into this rank's buffers, and
+  // only their done, which a closed link would never bring, says they stopped.
   if (!failure) {
     try {
       body(theirs);
@@ -294,11 +285,9 @@ void reduce_from_peers(Call& call, const PeerMemories& peers, const std::vector<
     const char* acc = own + k * esize;
     for (int i = 1; i < call.size; ++i) {
       const int p = mod(call.rank + i, call.size);
-      reach_peer(call, p, [&] {
-        peers[static_cast<std::size_t>(p)]->read(
-            theirs[static_cast<std::size_t>(p)].send + at + k * esize, scratch, m * esize,
-            call.operation());
-      });
+      peers[static_cast<std::size_t>(p)]->read(
+          theirs[static_cast<std::size_t>(p)].send + at + k * esize, scratch, m * esize,
+          call.operation());
       reduce_to(out + k * esize, acc, scratch, m, type, op);
       acc = out + k * esize;
     }
@@ -334,11 +323,9 @@ void allreduce_direct(Call& call, const PeerMemories& peers, const void* send, v
                                  [&](const char* chunk, std::uint64_t at, std::size_t m) {
                                    for (int i = 1; i < call.size; ++i) {
                                      const int p = mod(call.rank + i, call.size);
-                                     reach_peer(call, p, [&] {
-                                       peers[static_cast<std::size_t>(p)]->write(
-                                           theirs[static_cast<std::size_t>(p)].recv + at, chunk,
-                                           m * esize, call.operation());
-                                     });
+                                     peers[static_cast<std::size_t>(p)]->write(
+                                         theirs[static_cast<std::size_t>(p)].recv + at, chunk,
+                                         m * esize, call.operation());
                                    }
                                  });
              });

@@ -110,14 +110,17 @@ TEST(Collectives, AllreduceSumEveryRankCountDirect) {
 // A rank whose part of a direct allreduce fails (here: rank 2 cannot read rank 0's pages of
 // segment 2, which rank 0 made unreadable) writes no segment 2 into its peers. Every rank must
 // fail: rank 1, whose own reads and writes all went well, used to hear a plain "done" from
-// rank 2 and return success with segment 2 of its result never written.
+// rank 2 and return success with segment 2 of its result never written. And the failed read
+// fails the call, not rank 2's link to rank 0: rank 2 used to close it, and so stopped waiting
+// for rank 0's done (it could return while rank 0 still wrote into its receive buffer), and
+// the two could not talk any more.
 TEST(Collectives, AllreduceDirectFailsOnEveryRankWhenOnePeerFailsItsPart) {
   ScopedEnv forced("ANVIEW_ALGO", "allreduce=direct");
   constexpr std::size_t segment_floats = 4096;  // four pages each: segment 2 is whole pages
   constexpr std::size_t count = 3 * segment_floats;
   constexpr std::size_t bytes = count * sizeof(float);
-  // Every rank's buffers outlive all the ranks: a rank that gives up on a peer (rank 2 closes
-  // its link to rank 0) may return while that peer still writes into its receive buffer.
+  // Every rank's buffers outlive all the ranks (as they had to while rank 2 closed its link to
+  // rank 0 and could return while rank 0 still wrote into its receive buffer).
   std::vector<float*> send(3);
   std::vector<std::vector<float>> recv(3, std::vector<float>(count, -1.0f));
   for (auto& s : send) {
@@ -141,6 +144,21 @@ TEST(Collectives, AllreduceDirectFailsOnEveryRankWhenOnePeerFailsItsPart) {
         } catch (const Error& e) {
           outcome[me] = e.what();
         }
+        // Every link is still up: a message around the ring, both ways.
+        const int next = (comm.rank() + 1) % 3, prev = (comm.rank() + 2) % 3;
+        int out = comm.rank(), from_prev = -1, from_next = -1;
+        try {
+          Request r1 = comm.irecv(&from_prev, sizeof from_prev, prev, Tag{7});
+          Request r2 = comm.irecv(&from_next, sizeof from_next, next, Tag{8});
+          comm.send(&out, sizeof out, next, Tag{7}, std::chrono::seconds(5));
+          comm.send(&out, sizeof out, prev, Tag{8}, std::chrono::seconds(5));
+          r1.wait(std::chrono::seconds(5));
+          r2.wait(std::chrono::seconds(5));
+        } catch (const Error& e) {
+          ADD_FAILURE() << "rank " << comm.rank() << " after the failed call: " << e.what();
+        }
+        EXPECT_EQ(from_prev, prev);
+        EXPECT_EQ(from_next, next);
       },
       std::chrono::seconds(10));
   for (int r = 0; r < 3; ++r)
@@ -148,6 +166,10 @@ TEST(Collectives, AllreduceDirectFailsOnEveryRankWhenOnePeerFailsItsPart) {
         << "rank " << r << ": " << outcome[static_cast<std::size_t>(r)];
   EXPECT_NE(outcome[1].find("anview remote error"), std::string::npos) << outcome[1];
   EXPECT_NE(outcome[1].find("rank 2 failed its part of the call"), std::string::npos) << outcome[1];
+  // Rank 0 hears from rank 2 what went wrong (rank 2's own read failed: a protocol error).
+  EXPECT_NE(outcome[0].find("rank 2 failed its part of the call (protocol error)"),
+            std::string::npos)
+      << outcome[0];
   for (float* s : send) ::munmap(s, bytes);
 }
 
