@@ -765,8 +765,16 @@ void Messenger::finish_external(const RequestPtr& request, std::optional<Error> 
     take_completed(completed);
   }
   run_callbacks(completed);
-  // A waiter may drive progress asleep in epoll: it must look at its request again.
-  if (driving_.load(std::memory_order_seq_cst)) engine_.wakeup();
+  wake_driver();
+}
+
+void Messenger::wake_driver() {
+  // The thread that drives progress may sleep in epoll (up to 100 ms a round) while its
+  // waiter's request is among those just completed here: it must look at it again.
+  if (driving_.load(std::memory_order_seq_cst) &&
+      driver_.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
+    engine_.wakeup();
+  }
 }
 
 void Messenger::report_stall(const RequestImpl& request, std::chrono::milliseconds waited) {
@@ -858,6 +866,7 @@ bool Messenger::cancel(const RequestPtr& ref) {
     take_completed(completed);
   }
   run_callbacks(completed);
+  if (cancelled) wake_driver();
   return cancelled;
 }
 
@@ -878,6 +887,7 @@ bool Messenger::abandon(const RequestPtr& ref, const Error& error) {
     take_completed(completed);
   }
   run_callbacks(completed);
+  wake_driver();
   return true;
 }
 
@@ -983,6 +993,7 @@ void Messenger::fail_peer(int peer, const Error& error) {
     take_completed(completed);
   }
   run_callbacks(completed);
+  wake_driver();
 }
 
 std::string Messenger::transport_name(int peer) const {

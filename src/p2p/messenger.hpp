@@ -319,6 +319,9 @@ class Messenger final : public transport::FrameSink,
   // wakes it from its sleep in epoll, and waits for it up to `deadline`. False (logged) if the
   // role stayed taken.
   bool take_driver_role_to_close(base::Deadline deadline);
+  // After completing requests on a thread that is not the driver (cancel, abandon, fail_peer,
+  // an external request's end): wakes the driver from its sleep in epoll.
+  void wake_driver();
   // One round of progress as the driver; sleeps up to sleep_ms when idle.
   // `polled`: a program's progress() or test(), not a waiter's spin.
   void drive(int sleep_ms, bool polled = false);

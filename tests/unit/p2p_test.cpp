@@ -469,6 +469,36 @@ TEST(P2pSemantics, AbandonCancelsOrClosesTheLinkAndKeepsCompletedOutcomes) {
   });
 }
 
+// A receive cancelled by another thread ends its waiter's wait at once, though the waiter
+// drives progress asleep in epoll: it used to sleep out its round (up to 100 ms more).
+TEST(P2pSemantics, ACancelFromAnotherThreadEndsTheWaitAtOnce) {
+  run_ranks(2,
+            [](Communicator& comm) {
+              if (comm.rank() == 0) {
+                int value = 0;
+                std::chrono::steady_clock::duration slowest{};
+                for (int round = 0; round < 4; ++round) {
+                  Request r = comm.irecv(&value, sizeof value, 1, Tag{40});
+                  std::chrono::steady_clock::time_point ended;
+                  std::jthread waiter([&ended, r]() mutable {
+                    EXPECT_THROW(r.wait(10s), Error);  // cancelled
+                    ended = std::chrono::steady_clock::now();
+                  });
+                  std::this_thread::sleep_for(120ms);  // past its spin: asleep in epoll
+                  const auto cancelled = std::chrono::steady_clock::now();
+                  EXPECT_TRUE(Request(r).cancel());
+                  waiter.join();
+                  slowest = std::max(slowest, ended - cancelled);
+                }
+                EXPECT_LT(slowest, 50ms)
+                    << "the wait of a cancelled receive ended "
+                    << std::chrono::duration_cast<std::chrono::milliseconds>(slowest).count()
+                    << " ms after the cancel";
+              }
+              comm.barrier();
+            });
+}
+
 TEST(P2pSemantics, BadArgumentsAreUsageErrors) {
   run_ranks(2, [](Communicator& comm) {
     char c = 0;
