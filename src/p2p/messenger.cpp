@@ -232,6 +232,8 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
     } else if (bytes <= eager_bytes_ && ps.transport != nullptr &&
                ps.transport->try_send_now(peer, eager_header(bytes, tag), data)) {
       req->phase = RequestImpl::Phase::complete;  // handed over: complete before anyone saw it
+      if constexpr (base::metrics::enabled) count(*req);
+      if (trace_ != nullptr) trace_transfer(*req);
       req->done.store(true, std::memory_order_release);
     } else if (bytes <= eager_bytes_) {
       const transport::FrameHeader h = eager_header(bytes, tag);
