@@ -52,16 +52,19 @@ std::shared_ptr<char> map_from_process(int pid, int fd, std::size_t bytes, std::
   if (!pidfd.valid()) return failed("pidfd_open");
   Fd copy(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), fd, 0)));
   if (!copy.valid()) return failed("pidfd_getfd");
+  // Memory whose owner can still shrink it: a touch past the new end would be SIGBUS here.
+  // Checked before the size: sealed first, its size can no longer fall below what fstat says.
+  if (!size_is_sealed(copy.get())) {
+    if (why)
+      *why = "descriptor " + std::to_string(fd) +
+             " is not memory whose size is sealed against shrinking (no longer the region's?)";
+    return nullptr;
+  }
   // The number may name another file by now (the region was freed): never map past its end.
   struct stat st {};
   if (::fstat(copy.get(), &st) != 0) return failed("fstat");
   if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < bytes) {
     if (why) *why = "descriptor " + std::to_string(fd) + " is no longer the region's memory";
-    return nullptr;
-  }
-  // Memory whose owner can still shrink it: a touch past the new end would be SIGBUS here.
-  if (!size_is_sealed(copy.get())) {
-    if (why) *why = "descriptor " + std::to_string(fd) + "'s size is not sealed against shrinking";
     return nullptr;
   }
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, copy.get(), 0);

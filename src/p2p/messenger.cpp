@@ -581,7 +581,7 @@ bool Messenger::test(RequestImpl& request) {
 }
 
 bool Messenger::take_driver_role() {
-  if (closing_.load(std::memory_order_relaxed) || driving_.load(std::memory_order_relaxed) ||
+  if (closing_.load(std::memory_order_relaxed) != 0 || driving_.load(std::memory_order_relaxed) ||
       driving_.exchange(true, std::memory_order_acquire)) {
     return false;
   }
@@ -689,7 +689,7 @@ Status Messenger::wait(RequestImpl& request, std::chrono::milliseconds timeout) 
     for (unsigned spins = 1; !done() && now < deadline; ++spins) {
       const bool spinning = now < spin_end;
       drive(spinning ? 0 : base::ms_left(deadline, 100));
-      if (closing_.load(std::memory_order_relaxed)) {  // shutdown() waits for the role
+      if (closing_.load(std::memory_order_relaxed) != 0) {  // shutdown() waits for the role
         release_driver_role();
         gave_up_role = true;
         break;
@@ -894,11 +894,11 @@ bool Messenger::abandon(const RequestPtr& ref, const Error& error) {
 }
 
 bool Messenger::take_driver_role_to_close(base::Deadline deadline) {
-  closing_.store(true, std::memory_order_seq_cst);
+  closing_.fetch_add(1, std::memory_order_seq_cst);
   while (driving_.load(std::memory_order_relaxed) ||
          driving_.exchange(true, std::memory_order_acquire)) {
     if (base::Clock::now() >= deadline) {
-      closing_.store(false, std::memory_order_relaxed);
+      closing_.fetch_sub(1, std::memory_order_relaxed);
       base::log("p2p", base::LogLevel::warn, "rank ", config_.rank,
                 ": close: another thread of this rank still drives progress (a completion "
                 "callback that does not return?); closing beside it");
@@ -908,14 +908,13 @@ bool Messenger::take_driver_role_to_close(base::Deadline deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-  closing_.store(false, std::memory_order_relaxed);  // driving_ keeps the others out now
+  closing_.fetch_sub(1, std::memory_order_relaxed);  // driving_ keeps the others out now
   return true;
 }
 
 void Messenger::shutdown() {
   stop_background_progress();
-  const base::Deadline deadline =
-      base::deadline_after(std::min<std::chrono::milliseconds>(config_.timeout, shutdown_linger));
+  const auto linger = std::min<std::chrono::milliseconds>(config_.timeout, shutdown_linger);
   // The transports' shutdown drives the engine (flushes, goodbyes), which only the driver
   // may: beside a thread that drives it (one waiting on a Request of this communicator), the
   // two would fill the engine's one event buffer at once, and one would dispatch events the
@@ -929,12 +928,15 @@ void Messenger::shutdown() {
     ~Role() {
       if (taken) m.release_driver_role();
     }
-  } role{*this, !role_here && take_driver_role_to_close(deadline)};
+  } role{*this, !role_here && take_driver_role_to_close(base::deadline_after(linger))};
   Completions completed;
   {
     Lock lock(mu_);
     if (closed_) return;
     closed_ = true;
+    // The transports' own linger (flushes, goodbyes, peers' reads of our memory) starts now,
+    // whatever the wait for the role took.
+    const base::Deadline deadline = base::deadline_after(linger);
     for (auto& t : transports_) t->shutdown(deadline);
     self_->shutdown(deadline);
     auto fail = [&](const RequestPtr& r) {
@@ -983,19 +985,6 @@ const char* Messenger::peer_area(int peer) const {
   const PeerState& ps = peers_.at(static_cast<std::size_t>(peer));
   if (ps.transport == nullptr || ps.failure) return nullptr;
   return ps.transport->peer_area(peer);
-}
-
-void Messenger::fail_peer(int peer, const Error& error) {
-  Completions completed;
-  {
-    Lock lock(mu_);
-    PeerState& ps = peers_.at(static_cast<std::size_t>(peer));
-    if (ps.transport == nullptr || ps.failure) return;
-    ps.transport->fail_peer(peer, error);
-    take_completed(completed);
-  }
-  run_callbacks(completed);
-  wake_driver();
 }
 
 std::string Messenger::transport_name(int peer) const {

@@ -160,7 +160,6 @@ class Messenger final : public transport::FrameSink,
   const char* peer_area(int peer) const;
   // Closes the link to `peer` with `error`: the layer above found it unusable (a peer offered
   // memory that cannot be read). Pending operations with it fail with `error`.
-  void fail_peer(int peer, const Error& error);
 
   // One-sided access (one_sided.cpp, docs/one-sided.md). Registering starts the background
   // progress that serves peers' emulated puts and gets while no thread of this rank waits.
@@ -319,8 +318,8 @@ class Messenger final : public transport::FrameSink,
   // wakes it from its sleep in epoll, and waits for it up to `deadline`. False (logged) if the
   // role stayed taken.
   bool take_driver_role_to_close(base::Deadline deadline);
-  // After completing requests on a thread that is not the driver (cancel, abandon, fail_peer,
-  // an external request's end): wakes the driver from its sleep in epoll.
+  // After completing requests on a thread that is not the driver (cancel, abandon, an
+  // external request's end): wakes the driver from its sleep in epoll.
   void wake_driver();
   // One round of progress as the driver; sleeps up to sleep_ms when idle.
   // `polled`: a program's progress() or test(), not a waiter's spin.
@@ -331,7 +330,7 @@ class Messenger final : public transport::FrameSink,
   std::condition_variable cv_;             // signalled when requests complete or the driver leaves
   std::atomic<bool> driving_{false};       // a thread drives progress (lock-free role)
   std::atomic<std::thread::id> driver_{};  // the thread that holds the role
-  std::atomic<bool> closing_{false};       // shutdown() wants the role: no one else takes it
+  std::atomic<int> closing_{0};            // shutdown()s that want the role: no one else takes it
   bool pollers_busy_ = true;               // the driver's: pollers had work on the last round
   unsigned rounds_to_fd_check_ = 1;        // the driver's: rounds until epoll is polled again
   unsigned fd_check_every_ = 1;            // such rounds poll epoll once per this many

@@ -1,6 +1,7 @@
 // Point-to-point semantics, thread-per-rank over real TCP sockets on loopback.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <coroutine>
@@ -470,33 +471,36 @@ TEST(P2pSemantics, AbandonCancelsOrClosesTheLinkAndKeepsCompletedOutcomes) {
 }
 
 // A receive cancelled by another thread ends its waiter's wait at once, though the waiter
-// drives progress asleep in epoll: it used to sleep out its round (up to 100 ms more).
+// drives progress asleep in epoll: it used to sleep out its round (up to 100 ms more; 81 to
+// 90 ms here, where the cancel comes 120 ms into the wait).
+std::chrono::steady_clock::duration wait_after_a_cancel(Communicator& comm) {
+  int value = 0;
+  Request r = comm.irecv(&value, sizeof value, 1, Tag{40});
+  std::chrono::steady_clock::time_point ended;
+  std::jthread waiter([&ended, r]() mutable {
+    EXPECT_THROW(r.wait(10s), Error);  // cancelled
+    ended = std::chrono::steady_clock::now();
+  });
+  std::this_thread::sleep_for(120ms);  // past its spin: asleep in epoll
+  const auto cancelled = std::chrono::steady_clock::now();
+  EXPECT_TRUE(Request(r).cancel());
+  waiter.join();
+  return ended - cancelled;
+}
+
 TEST(P2pSemantics, ACancelFromAnotherThreadEndsTheWaitAtOnce) {
-  run_ranks(2,
-            [](Communicator& comm) {
-              if (comm.rank() == 0) {
-                int value = 0;
-                std::chrono::steady_clock::duration slowest{};
-                for (int round = 0; round < 4; ++round) {
-                  Request r = comm.irecv(&value, sizeof value, 1, Tag{40});
-                  std::chrono::steady_clock::time_point ended;
-                  std::jthread waiter([&ended, r]() mutable {
-                    EXPECT_THROW(r.wait(10s), Error);  // cancelled
-                    ended = std::chrono::steady_clock::now();
-                  });
-                  std::this_thread::sleep_for(120ms);  // past its spin: asleep in epoll
-                  const auto cancelled = std::chrono::steady_clock::now();
-                  EXPECT_TRUE(Request(r).cancel());
-                  waiter.join();
-                  slowest = std::max(slowest, ended - cancelled);
-                }
-                EXPECT_LT(slowest, 50ms)
-                    << "the wait of a cancelled receive ended "
-                    << std::chrono::duration_cast<std::chrono::milliseconds>(slowest).count()
-                    << " ms after the cancel";
-              }
-              comm.barrier();
-            });
+  run_ranks(2, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      std::vector<std::chrono::steady_clock::duration> lags;
+      for (int round = 0; round < 5; ++round) lags.push_back(wait_after_a_cancel(comm));
+      // The median: a sanitizer build on a busy machine may stall one round for a while.
+      std::sort(lags.begin(), lags.end());
+      const auto median = std::chrono::duration_cast<std::chrono::milliseconds>(lags[2]);
+      EXPECT_LT(median, 40ms) << "the wait of a cancelled receive ended " << median.count()
+                              << " ms after the cancel (median of 5)";
+    }
+    comm.barrier();
+  });
 }
 
 TEST(P2pSemantics, BadArgumentsAreUsageErrors) {

@@ -19,6 +19,7 @@
 #include "base/clock.hpp"
 #include "base/process_watch.hpp"
 #include "base/progress_engine.hpp"
+#include "support/pidfds.hpp"
 
 namespace {
 
@@ -54,13 +55,6 @@ std::uint64_t start_time_of(pid_t pid) {
   std::string field;
   for (int i = 3; i <= 22; ++i) fields >> field;
   return std::stoull(field);
-}
-
-bool pidfds_work() {
-  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
-  if (fd < 0) return false;
-  ::close(fd);
-  return true;
 }
 
 // Polls the engine until `done` or `limit` passed; true when done.
@@ -110,7 +104,8 @@ void check_watch_sees_exit(bool polling, const char* name) {
 }
 
 TEST(ProcessWatch, APidfdSeesAChildThatIsKilled) {
-  if (!pidfds_work()) GTEST_SKIP() << "pidfd_open is refused here (start() polls /proc)";
+  if (!anview::testing::pidfds_work())
+    GTEST_SKIP() << "pidfd_open is refused here (start() polls /proc)";
   check_watch_sees_exit(false, "watched");
 }
 

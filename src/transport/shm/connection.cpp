@@ -69,6 +69,12 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   const int fd = open_peer_segment(endpoint_.pid, endpoint_.segment_fd, why);
   if (fd < 0) return false;
   base::Fd peer_segment(fd);
+  // Sealed against shrinking before anything of it is mapped (and before its size is read): a
+  // peer that could shrink it would make our next touch past the new end SIGBUS.
+  if (!base::size_is_sealed(fd)) {
+    if (why) *why = "its segment's size is not sealed against shrinking (F_SEAL_SHRINK)";
+    return false;
+  }
   peer_control_page_ = map_shared(fd, 0, page_bytes, why);
   if (!peer_control_page_) return false;
   peer_control_ = reinterpret_cast<SegmentControl*>(peer_control_page_.data());
@@ -81,11 +87,6 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   const bool sized = ::fstat(fd, &file) == 0 &&
                      static_cast<std::uint64_t>(file.st_size) >=
                          area_offset(static_cast<int>(slots), endpoint_.ring_bytes) + area_bytes;
-  // And it stays that large: a peer that could shrink it would make our next touch SIGBUS.
-  if (sized && !base::size_is_sealed(fd)) {
-    if (why) *why = "its segment's size is not sealed against shrinking (F_SEAL_SHRINK)";
-    return false;
-  }
   if (magic != segment_magic || version != segment_version || ring_bytes != endpoint_.ring_bytes ||
       slots != static_cast<std::uint32_t>(owner_.world_size()) || areas != area_bytes || !sized) {
     if (why) {

@@ -21,7 +21,7 @@
 namespace anview::transport::shm {
 
 inline constexpr std::uint32_t segment_magic = 0x53564e41;  // "ANVS"
-inline constexpr std::uint32_t segment_version = 2;
+inline constexpr std::uint32_t segment_version = 3;         // 3: the size is sealed
 inline constexpr std::size_t page_bytes = 4096;
 
 // The first page of a segment.
