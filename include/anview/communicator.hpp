@@ -9,8 +9,9 @@
 // posted receive buffer.
 //
 // Thread safety: all methods may be called from any thread. A handle is a cheap, movable
-// reference; the communicator closes when the last handle (and the last Request) goes away,
-// after flushing what was sent.
+// reference; the communicator closes when the last handle goes away, after flushing what was
+// sent. A Request outlives it: one still pending then fails with "the communicator was
+// closed" (a thread waiting on it gets that error at once).
 #pragma once
 
 #include <chrono>

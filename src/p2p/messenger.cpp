@@ -894,11 +894,12 @@ bool Messenger::abandon(const RequestPtr& ref, const Error& error) {
 }
 
 bool Messenger::take_driver_role_to_close(base::Deadline deadline) {
+  // closing_ stays raised until the close is over (shutdown() lowers it), also where the role
+  // never came: a thread that frees it later gives it up again at its next round.
   closing_.fetch_add(1, std::memory_order_seq_cst);
   while (driving_.load(std::memory_order_relaxed) ||
          driving_.exchange(true, std::memory_order_acquire)) {
     if (base::Clock::now() >= deadline) {
-      closing_.fetch_sub(1, std::memory_order_relaxed);
       base::log("p2p", base::LogLevel::warn, "rank ", config_.rank,
                 ": close: another thread of this rank still drives progress (a completion "
                 "callback that does not return?); closing beside it");
@@ -908,7 +909,6 @@ bool Messenger::take_driver_role_to_close(base::Deadline deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-  closing_.fetch_sub(1, std::memory_order_relaxed);  // driving_ keeps the others out now
   return true;
 }
 
@@ -924,11 +924,13 @@ void Messenger::shutdown() {
                          driver_.load(std::memory_order_relaxed) == std::this_thread::get_id();
   struct Role {
     Messenger& m;
+    bool asked;  // closing_ was raised for this close
     bool taken;
     ~Role() {
       if (taken) m.release_driver_role();
+      if (asked) m.closing_.fetch_sub(1, std::memory_order_relaxed);
     }
-  } role{*this, !role_here && take_driver_role_to_close(base::deadline_after(linger))};
+  } role{*this, !role_here, !role_here && take_driver_role_to_close(base::deadline_after(linger))};
   Completions completed;
   {
     Lock lock(mu_);

@@ -158,8 +158,6 @@ class Messenger final : public transport::FrameSink,
   // null where the transports have none. Both outlive every communicator call.
   transport::SharedArea own_area() const;
   const char* peer_area(int peer) const;
-  // Closes the link to `peer` with `error`: the layer above found it unusable (a peer offered
-  // memory that cannot be read). Pending operations with it fail with `error`.
 
   // One-sided access (one_sided.cpp, docs/one-sided.md). Registering starts the background
   // progress that serves peers' emulated puts and gets while no thread of this rank waits.

@@ -2645,8 +2645,12 @@ std::string idle(Job& job) {
     }
     job.barrier(job.size());
   }
+  // Rank 1's figures go into the summary rank 0 prints: how close a run came to the bounds.
+  if (me == 1) job.store().set("check/idle/summary", summary);
+  job.barrier(job.size());
+  const std::string figures = me == 0 ? job.store().get_string("check/idle/summary") : summary;
   job.leave(job.size());
-  return me == 0 ? std::string("rank 1 slept while waiting and woke at once") : summary;
+  return me == 0 ? "rank 1 slept while waiting and woke at once: " + figures : summary;
 }
 
 // coll_stall: the last rank stops itself (SIGSTOP) between two allreduces of a loop; rank 0

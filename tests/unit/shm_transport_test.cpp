@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/progress_engine.hpp"
+#include "base/shared_segment.hpp"
 #include "transport/shm/handshake.hpp"
 #include "transport/shm/ring.hpp"
 #include "transport/shm/shm_transport.hpp"
@@ -457,6 +458,20 @@ TEST(ShmTransport, ASegmentWithMoreSlotsThanRanksIsALinkError) {
   EXPECT_NE(std::string(failure->what()).find("1000 slots"), std::string::npos) << failure->what();
 }
 
+// Offers rank 1 the memory `fd` (of this process) as rank 0's segment, and lets it attach:
+// rank 1's setup failure, which must be a link error with rank 0 whose text has `expected`.
+void expect_segment_refused(Ranks& ranks, Endpoint e, int fd, const std::string& expected) {
+  e.segment_fd = fd;
+  ranks.info(0).endpoints["shm"] = encode_endpoint(e);
+  ranks.connect_rank(1);
+  for (int i = 0; i < 10; ++i) ranks.poll();
+  const auto failure = ranks.transport(1).setup_failure();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->kind(), ErrorKind::link);
+  EXPECT_EQ(failure->context().peer, 0);
+  EXPECT_NE(std::string(failure->what()).find(expected), std::string::npos) << failure->what();
+}
+
 // A peer's segment whose size is not sealed: the peer could shrink it under our mapping (our
 // next touch past the new end would be SIGBUS). A link error, and nothing of it is used.
 TEST(ShmTransport, APeerSegmentWhoseSizeIsNotSealedIsALinkError) {
@@ -476,16 +491,21 @@ TEST(ShmTransport, APeerSegmentWhoseSizeIsNotSealedIsALinkError) {
   base::Fd copy(::memfd_create("anview-unsealed", MFD_CLOEXEC));
   ASSERT_TRUE(copy.valid());
   ASSERT_EQ(::pwrite(copy.get(), bytes.data(), bytes.size(), 0), st.st_size);
-  e.segment_fd = copy.get();
-  ranks.info(0).endpoints["shm"] = encode_endpoint(e);
+  expect_segment_refused(ranks, e, copy.get(), "not sealed");
+}
 
-  ranks.connect_rank(1);
-  for (int i = 0; i < 10; ++i) ranks.poll();
-  const auto failure = ranks.transport(1).setup_failure();
-  ASSERT_TRUE(failure.has_value());
-  EXPECT_EQ(failure->kind(), ErrorKind::link);
-  EXPECT_EQ(failure->context().peer, 0);
-  EXPECT_NE(std::string(failure->what()).find("not sealed"), std::string::npos) << failure->what();
+// A peer segment that is sealed but smaller than its control page (here empty): reading the
+// control page to check it would be SIGBUS. A link error, before anything of it is read.
+TEST(ShmTransport, APeerSegmentSmallerThanItsControlPageIsALinkError) {
+  Ranks ranks(2);
+  ranks.connect_rank(0);
+  Endpoint e;
+  std::string why;
+  ASSERT_TRUE(decode_endpoint(ranks.info(0).endpoints.at("shm"), e, &why)) << why;
+  base::Fd small(::memfd_create("anview-small", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  ASSERT_TRUE(small.valid());
+  ASSERT_TRUE(base::seal_size(small.get()));
+  expect_segment_refused(ranks, e, small.get(), "smaller than its control page");
 }
 
 // A peer that can open a rank's segment cannot shrink it under the rank's mappings.

@@ -69,10 +69,15 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   const int fd = open_peer_segment(endpoint_.pid, endpoint_.segment_fd, why);
   if (fd < 0) return false;
   base::Fd peer_segment(fd);
-  // Sealed against shrinking before anything of it is mapped (and before its size is read): a
-  // peer that could shrink it would make our next touch past the new end SIGBUS.
+  // Sealed against shrinking before its size is read, and as large as what is mapped of it:
+  // a touch past the end of the peer's file (then, or after it shrank) would be SIGBUS.
   if (!base::size_is_sealed(fd)) {
     if (why) *why = "its segment's size is not sealed against shrinking (F_SEAL_SHRINK)";
+    return false;
+  }
+  struct stat file {};
+  if (::fstat(fd, &file) != 0 || static_cast<std::uint64_t>(file.st_size) < page_bytes) {
+    if (why) *why = "its segment is smaller than its control page";
     return false;
   }
   peer_control_page_ = map_shared(fd, 0, page_bytes, why);
@@ -83,10 +88,8 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   const std::uint32_t magic = peer_control_->magic, version = peer_control_->version,
                       slots = peer_control_->slots, areas = peer_control_->area_bytes;
   const std::uint64_t ring_bytes = peer_control_->ring_bytes;
-  struct stat file {};
-  const bool sized = ::fstat(fd, &file) == 0 &&
-                     static_cast<std::uint64_t>(file.st_size) >=
-                         area_offset(static_cast<int>(slots), endpoint_.ring_bytes) + area_bytes;
+  const bool sized = static_cast<std::uint64_t>(file.st_size) >=
+                     area_offset(static_cast<int>(slots), endpoint_.ring_bytes) + area_bytes;
   if (magic != segment_magic || version != segment_version || ring_bytes != endpoint_.ring_bytes ||
       slots != static_cast<std::uint32_t>(owner_.world_size()) || areas != area_bytes || !sized) {
     if (why) {

@@ -122,15 +122,24 @@ TransportProbe ShmTransport::probe() {
 }
 
 bool ShmTransport::usable_here(std::string* why) {
-  const int fd = ::memfd_create("anview-probe", MFD_CLOEXEC);
+  // What the transport does with its segment: create, size, seal, map.
+  const int fd = ::memfd_create("anview-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     if (why) *why = "memfd_create: " + base::errno_text(errno);
     return false;
   }
   base::Fd owned(fd);
   std::string detail;
-  if (::ftruncate(fd, page_bytes) != 0 || !map_shared(fd, 0, page_bytes, &detail)) {
-    if (why) *why = detail.empty() ? "ftruncate: " + base::errno_text(errno) : detail;
+  if (::ftruncate(fd, page_bytes) != 0) {
+    if (why) *why = "ftruncate: " + base::errno_text(errno);
+    return false;
+  }
+  if (!base::seal_size(fd)) {
+    if (why) *why = "sealing a memfd's size (F_ADD_SEALS): " + base::errno_text(errno);
+    return false;
+  }
+  if (!map_shared(fd, 0, page_bytes, &detail)) {
+    if (why) *why = detail;
     return false;
   }
   const int sock = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -156,10 +165,13 @@ ShmTransport::ShmTransport(const TransportContext& context)
   // Its size sealed: a peer maps it, and must not be able to shrink it under our mapping.
   segment_ = base::Fd(::memfd_create("anview-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   const std::size_t bytes = area_offset(context.world_size, ring_bytes_) + area_bytes;
-  if (!segment_.valid() || ::ftruncate(segment_.get(), static_cast<off_t>(bytes)) != 0 ||
-      !base::seal_size(segment_.get())) {
+  if (!segment_.valid() || ::ftruncate(segment_.get(), static_cast<off_t>(bytes)) != 0) {
     unusable_ = "cannot create a segment of " + std::to_string(bytes) +
                 " bytes: " + base::errno_text(errno);
+    return;
+  }
+  if (!base::seal_size(segment_.get())) {
+    unusable_ = "cannot seal the size of its segment (F_ADD_SEALS): " + base::errno_text(errno);
     return;
   }
   own_control_page_ = map_shared(segment_.get(), 0, page_bytes, &unusable_);
