@@ -19,11 +19,9 @@ namespace {
 
 }  // namespace
 
-SharedSegment::SharedSegment(const std::string& name, std::size_t bytes)
-    : fd_(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING)), bytes_(bytes) {
-  if (!fd_.valid()) fail("memfd_create");
-  if (::ftruncate(fd_.get(), static_cast<off_t>(bytes)) != 0) fail("ftruncate");
-  if (!seal_size(fd_.get())) fail("fcntl(F_ADD_SEALS)");
+SharedSegment::SharedSegment(const std::string& name, std::size_t bytes) : bytes_(bytes) {
+  fd_ = sealed_memfd(name.c_str(), bytes, nullptr);
+  if (!fd_.valid()) fail("a sealed memfd (memfd_create, ftruncate, F_ADD_SEALS)");
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_.get(), 0);
   if (p == MAP_FAILED) fail("mmap");
   data_ = static_cast<char*>(p);
@@ -37,9 +35,24 @@ bool seal_size(int fd) {
   return ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0;
 }
 
-bool size_is_sealed(int fd) {
+Fd sealed_memfd(const char* name, std::size_t bytes, std::string* why) {
+  Fd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  const char* step = !fd.valid()                                             ? "memfd_create"
+                     : ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0 ? "ftruncate"
+                     : !seal_size(fd.get()) ? "sealing its size (F_ADD_SEALS)"
+                                            : nullptr;
+  if (step == nullptr) return fd;
+  const int err = errno;
+  if (why) *why = std::string(step) + ": " + errno_text(err);
+  errno = err;
+  return Fd();
+}
+
+std::optional<std::uint64_t> sealed_size(int fd) {
   const int seals = ::fcntl(fd, F_GET_SEALS);
-  return seals >= 0 && (seals & F_SEAL_SHRINK) != 0;
+  struct stat st {};
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0 || ::fstat(fd, &st) != 0) return std::nullopt;
+  return static_cast<std::uint64_t>(st.st_size);
 }
 
 std::shared_ptr<char> map_from_process(int pid, int fd, std::size_t bytes, std::string* why) {
@@ -53,17 +66,15 @@ std::shared_ptr<char> map_from_process(int pid, int fd, std::size_t bytes, std::
   Fd copy(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), fd, 0)));
   if (!copy.valid()) return failed("pidfd_getfd");
   // Memory whose owner can still shrink it: a touch past the new end would be SIGBUS here.
-  // Checked before the size: sealed first, its size can no longer fall below what fstat says.
-  if (!size_is_sealed(copy.get())) {
+  const auto size = sealed_size(copy.get());
+  if (!size) {
     if (why)
       *why = "descriptor " + std::to_string(fd) +
              " is not memory whose size is sealed against shrinking (no longer the region's?)";
     return nullptr;
   }
-  // The number may name another file by now (the region was freed): never map past its end.
-  struct stat st {};
-  if (::fstat(copy.get(), &st) != 0) return failed("fstat");
-  if (!S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) < bytes) {
+  // The number may name another memfd by now (the region was freed): never map past its end.
+  if (*size < bytes) {
     if (why) *why = "descriptor " + std::to_string(fd) + " is no longer the region's memory";
     return nullptr;
   }

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/socket.hpp"
@@ -13,8 +15,7 @@ namespace anview::base {
 
 class SharedSegment {
  public:
-  // Raises std::system_error when the memory cannot be had (memfd_create, ftruncate, mmap).
-  // Its size is sealed (seal_size()).
+  // Raises std::system_error when the memory cannot be had (sealed_memfd(), mmap).
   SharedSegment(const std::string& name, std::size_t bytes);
   ~SharedSegment();
   SharedSegment(const SharedSegment&) = delete;
@@ -35,9 +36,13 @@ class SharedSegment {
 // the rights cross-memory attach needs) can truncate it under a mapping, where the next touch
 // past the new end would kill the mapping's process with SIGBUS. False, errno set, if it cannot.
 bool seal_size(int fd);
-// Whether `fd`'s size is sealed against shrinking: only then is a mapping of memory another
-// process made safe from that process.
-bool size_is_sealed(int fd);
+// A new memfd of `bytes` whose size is sealed (seal_size()), for memory other processes map;
+// invalid, with `why` naming the step that failed, where it cannot be had.
+Fd sealed_memfd(const char* name, std::size_t bytes, std::string* why);
+// `fd`'s size, if it is sealed against shrinking: only then is a mapping of memory another
+// process made safe from that process (up to that size). Checked before the size is read, so
+// the size cannot fall below it afterwards.
+std::optional<std::uint64_t> sealed_size(int fd);
 
 // Maps `bytes` of file descriptor `fd` of process `pid` (pidfd_getfd: the same permission as
 // cross-memory attach) read-write into this process; null with `why` set when it cannot (among

@@ -761,13 +761,14 @@ TEST_P(P2pClosedWhilePaused, APeerThatClosesWhileReadingIsPausedIsReportedLostAt
   ::unsetenv("ANVIEW_UNEXPECTED_BYTES");
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, P2pClosedWhilePaused,
-                         ::testing::Values("shm", "tcp"
+// The transports between two processes of one host (and UCX's, where it is built).
+const char* const process_transports[] = {"shm", "tcp",
 #if defined(ANVIEW_HAVE_UCX)
-                                           ,
-                                           "ucx"
+                                          "ucx"
 #endif
-                                           ),
+};
+
+INSTANTIATE_TEST_SUITE_P(Transports, P2pClosedWhilePaused, ::testing::ValuesIn(process_transports),
                          [](const auto& p) { return std::string(p.param); });
 
 // One thread waits on a Request while another drops the communicator's last handle: the
@@ -814,13 +815,7 @@ TEST_P(P2pClosedWhileWaiting, TheWaitingThreadGetsAClosedErrorAndNothingElseDriv
       << "the close polled the engine while the waiting thread was in it";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, P2pClosedWhileWaiting,
-                         ::testing::Values("shm", "tcp"
-#if defined(ANVIEW_HAVE_UCX)
-                                           ,
-                                           "ucx"
-#endif
-                                           ),
+INSTANTIATE_TEST_SUITE_P(Transports, P2pClosedWhileWaiting, ::testing::ValuesIn(process_transports),
                          [](const auto& p) { return std::string(p.param); });
 
 }  // namespace

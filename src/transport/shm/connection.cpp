@@ -1,7 +1,6 @@
 #include "transport/shm/connection.hpp"
 
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -71,12 +70,12 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   base::Fd peer_segment(fd);
   // Sealed against shrinking before its size is read, and as large as what is mapped of it:
   // a touch past the end of the peer's file (then, or after it shrank) would be SIGBUS.
-  if (!base::size_is_sealed(fd)) {
+  const auto size = base::sealed_size(fd);
+  if (!size) {
     if (why) *why = "its segment's size is not sealed against shrinking (F_SEAL_SHRINK)";
     return false;
   }
-  struct stat file {};
-  if (::fstat(fd, &file) != 0 || static_cast<std::uint64_t>(file.st_size) < page_bytes) {
+  if (*size < page_bytes) {
     if (why) *why = "its segment is smaller than its control page";
     return false;
   }
@@ -88,8 +87,8 @@ bool Connection::attach(int own_segment_fd, std::size_t own_ring_bytes, bool try
   const std::uint32_t magic = peer_control_->magic, version = peer_control_->version,
                       slots = peer_control_->slots, areas = peer_control_->area_bytes;
   const std::uint64_t ring_bytes = peer_control_->ring_bytes;
-  const bool sized = static_cast<std::uint64_t>(file.st_size) >=
-                     area_offset(static_cast<int>(slots), endpoint_.ring_bytes) + area_bytes;
+  const bool sized =
+      *size >= area_offset(static_cast<int>(slots), endpoint_.ring_bytes) + area_bytes;
   if (magic != segment_magic || version != segment_version || ring_bytes != endpoint_.ring_bytes ||
       slots != static_cast<std::uint32_t>(owner_.world_size()) || areas != area_bytes || !sized) {
     if (why) {

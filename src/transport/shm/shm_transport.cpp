@@ -122,26 +122,9 @@ TransportProbe ShmTransport::probe() {
 }
 
 bool ShmTransport::usable_here(std::string* why) {
-  // What the transport does with its segment: create, size, seal, map.
-  const int fd = ::memfd_create("anview-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) {
-    if (why) *why = "memfd_create: " + base::errno_text(errno);
-    return false;
-  }
-  base::Fd owned(fd);
-  std::string detail;
-  if (::ftruncate(fd, page_bytes) != 0) {
-    if (why) *why = "ftruncate: " + base::errno_text(errno);
-    return false;
-  }
-  if (!base::seal_size(fd)) {
-    if (why) *why = "sealing a memfd's size (F_ADD_SEALS): " + base::errno_text(errno);
-    return false;
-  }
-  if (!map_shared(fd, 0, page_bytes, &detail)) {
-    if (why) *why = detail;
-    return false;
-  }
+  // What the transport does with its segment: a sealed memfd, mapped.
+  const base::Fd fd = base::sealed_memfd("anview-probe", page_bytes, why);
+  if (!fd.valid() || !map_shared(fd.get(), 0, page_bytes, why)) return false;
   const int sock = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (sock < 0) {
     if (why) *why = "unix datagram socket: " + base::errno_text(errno);
@@ -163,15 +146,11 @@ ShmTransport::ShmTransport(const TransportContext& context)
   // next transport in ANVIEW_TRANSPORTS serves the peers. (Each step below says why it failed,
   // so there is no separate usable_here() probe at start-up.)
   // Its size sealed: a peer maps it, and must not be able to shrink it under our mapping.
-  segment_ = base::Fd(::memfd_create("anview-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   const std::size_t bytes = area_offset(context.world_size, ring_bytes_) + area_bytes;
-  if (!segment_.valid() || ::ftruncate(segment_.get(), static_cast<off_t>(bytes)) != 0) {
-    unusable_ = "cannot create a segment of " + std::to_string(bytes) +
-                " bytes: " + base::errno_text(errno);
-    return;
-  }
-  if (!base::seal_size(segment_.get())) {
-    unusable_ = "cannot seal the size of its segment (F_ADD_SEALS): " + base::errno_text(errno);
+  std::string why;
+  segment_ = base::sealed_memfd("anview-shm", bytes, &why);
+  if (!segment_.valid()) {
+    unusable_ = "cannot create a segment of " + std::to_string(bytes) + " bytes: " + why;
     return;
   }
   own_control_page_ = map_shared(segment_.get(), 0, page_bytes, &unusable_);
