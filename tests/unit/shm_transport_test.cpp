@@ -13,8 +13,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "base/clock.hpp"
 #include "base/progress_engine.hpp"
 #include "base/shared_segment.hpp"
 #include "transport/shm/handshake.hpp"
@@ -322,6 +324,7 @@ class Ranks {
   }
   RecordingSink& sink(int r) { return sinks_[static_cast<std::size_t>(r)]; }
   ShmTransport& transport(int r) { return *transports_[static_cast<std::size_t>(r)]; }
+  base::ProgressEngine& engine(int r) { return *engines_[static_cast<std::size_t>(r)]; }
   PeerInfo& info(int r) { return infos_[static_cast<std::size_t>(r)]; }
 
  private:
@@ -540,6 +543,35 @@ TEST(ShmTransport, ACloseCauseThatIsNoRankNamesTheClosingPeer) {
   const Error& e = *ranks.sink(0).failures.at(1);
   EXPECT_EQ(e.kind(), ErrorKind::peer_lost) << e.what();
   EXPECT_EQ(e.context().peer, 1) << e.what();
+}
+
+// A rank that closes its link after a failure of its own (here: told to) wakes the peer if it
+// sleeps: the peer learns at once, not at the end of its sleep.
+TEST(ShmTransport, ClosingALinkWakesTheSleepingPeer) {
+  Ranks ranks(2);
+  ranks.connect();
+  std::string why;
+  Mapping page = ranks.map_control(0, &why);
+  ASSERT_TRUE(page) << why;
+  const auto& control = *reinterpret_cast<const SegmentControl*>(page.data());
+  base::Clock::duration slept{};
+  std::thread sleeper([&] {
+    const auto start = base::Clock::now();
+    ranks.engine(0).poll(5000);  // one round, then asleep until woken (or 5 s)
+    slept = base::Clock::now() - start;
+  });
+  for (int i = 0; i < 5000 && control.sleeping.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(control.sleeping.load(), 1u) << "rank 0 never went to sleep";
+  ranks.transport(1).fail_peer(
+      0, Error(ErrorKind::protocol, {.rank = 1, .peer = 0, .cause = "told to close"}));
+  sleeper.join();
+  EXPECT_LT(slept, std::chrono::seconds(2));
+  for (int i = 0; i < 10 && ranks.sink(0).failures.count(1) == 0; ++i) ranks.engine(0).poll(0);
+  ASSERT_EQ(ranks.sink(0).failures.count(1), 1u);
+  EXPECT_NE(std::string(ranks.sink(0).failures.at(1)->what()).find("closed its link"),
+            std::string::npos)
+      << ranks.sink(0).failures.at(1)->what();
 }
 
 TEST(ShmTransport, PeersOnOtherHostsAreNotReachable) {

@@ -564,6 +564,7 @@ void Connection::revoke_offers(int cause_rank) {
   if (out_control_ == nullptr || state_ == State::connecting) return;
   out_control_->close_cause.store(cause_rank, std::memory_order_relaxed);
   out_control_->producer_closed.store(1, std::memory_order_seq_cst);
+  wake_peer();  // asleep, it would learn only at the end of its sleep
   // The peer's accesses last as long as one copy; a peer that died inside one never leaves.
   const auto deadline = base::Clock::now() + std::chrono::seconds(10);
   while (out_control_->consumer_accessing.load(std::memory_order_seq_cst) != 0) {
