@@ -109,7 +109,8 @@ class RpcServer {
   // Stops accepting, fails the calls not yet answered, closes the connections. Also done by
   // the destructor of the last handle. A handler may call it: the server then stops without
   // waiting for its own threads, which the destructor (or a shutdown() from another thread)
-  // joins; the last handle must not go away inside a handler.
+  // joins. The last handle may go away inside a handler too: a thread of the server's own
+  // then joins the others (the handler's once it returns) and frees the server.
   void shutdown();
 
  private:

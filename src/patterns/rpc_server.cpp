@@ -331,16 +331,35 @@ void Responder::fail(std::string message) {
   if (call_) call_->answer(ReplyStatus::handler_error, message, nullptr);
 }
 
+namespace {
+
+// The last handle may go inside one of the server's own handlers (a "quit" method that drops
+// it), on a thread the server must join: there the server only says stop, and a thread of its
+// own joins the server's threads (that one once the handler returns) and frees it.
+std::shared_ptr<detail::RpcServerImpl> make_server(ServerOptions options) {
+  using detail::RpcServerImpl;
+  return std::shared_ptr<RpcServerImpl>(new RpcServerImpl(options), [](RpcServerImpl* server) {
+    if (detail::serving_for != server) {
+      delete server;
+      return;
+    }
+    server->shutdown();
+    std::thread([server] { delete server; }).detach();
+  });
+}
+
+}  // namespace
+
 RpcServer::RpcServer(std::shared_ptr<detail::RpcServerImpl> impl) : impl_(std::move(impl)) {}
 
 RpcServer RpcServer::listen(const std::string& host_port, ServerOptions options) {
-  auto impl = std::make_shared<detail::RpcServerImpl>(options);
+  auto impl = make_server(options);
   impl->listen(host_port);
   return RpcServer(std::move(impl));
 }
 
 RpcServer RpcServer::serve(Communicator comm, ServerOptions options) {
-  auto impl = std::make_shared<detail::RpcServerImpl>(options);
+  auto impl = make_server(options);
   impl->serve(std::move(comm));
   return RpcServer(std::move(impl));
 }

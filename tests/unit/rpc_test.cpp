@@ -195,6 +195,34 @@ TEST(Rpc, AHandlerMayShutTheServerDown) {
   }
 }
 
+// A "quit" method whose handler drops the server's last handle: on the connection's thread
+// and on the pool. Before, the server's destructor ran on that thread and destroyed the
+// threads it could not join (std::terminate).
+TEST(Rpc, AHandlerMayDropTheServersLastHandle) {
+  for (int threads : {0, 2}) {
+    SCOPED_TRACE("handler_threads " + std::to_string(threads));
+    std::atomic<bool> dropped{false};  // before the server: its threads set it
+    std::optional<RpcServer> server =
+        RpcServer::listen("127.0.0.1:0", {.handler_threads = threads});
+    server->add_method("quit", [&](const CallContext&, const Message&) {
+      server.reset();  // the last handle
+      dropped = true;
+      return Message("bye");
+    });
+    RpcClient client = RpcClient::connect(server->address());
+    try {
+      EXPECT_EQ(client.call_sync("quit", Message(), {.deadline = 5s}).text(), "bye");
+    } catch (const Error& e) {  // or the connection closed before the reply went out
+      EXPECT_TRUE(e.kind() == ErrorKind::peer_lost || e.kind() == ErrorKind::link) << e.what();
+    }
+    // The handler goes on after the reset, maybe after the connection closed.
+    for (int i = 0; i < 5000 && !dropped.load(); ++i) std::this_thread::sleep_for(1ms);
+    EXPECT_TRUE(dropped.load());
+    // The server stopped: later calls fail, they do not hang.
+    EXPECT_THROW(client.call_sync("quit", Message(), {.deadline = 2s}), Error);
+  }
+}
+
 // A call whose asynchronous handler holds its Responder when a handler stops the server fails
 // at once ("shutting down"), not at its deadline. Before, it was failed only when the
 // connection's loop ended waiting for a request, not when it ended after one.
