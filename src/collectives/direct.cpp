@@ -100,7 +100,9 @@ std::vector<Posting> exchange_postings(Call& call, const Posting& mine) try {
 // from now on the peer may write into its receive buffer, and it leaves only after the peer's
 // "done", a one-byte message that says how its part went) or no-go (it gave up before the call
 // started: nobody may write into it, and it waits for nobody). A rank writes into a peer only after
-// the peer's go. These messages are sent untracked (not in call.posted) from static bytes: a
+// the peer's go. A word that does not come in time fails the call, but the peer may be late
+// rather than gone, holding this rank's go: the word is awaited once more before the call
+// ends (finish()). These messages are sent untracked (not in call.posted) from static bytes: a
 // failing call must not cancel them, the peers wait for them.
 enum class Word : std::uint8_t { go = 'G', no_go = 'N' };
 constexpr Word go_word = Word::go;
@@ -178,24 +180,60 @@ std::optional<Error> peer_outcome(const Call& call, int p, std::uint8_t word) {
   return Error(ErrorKind::remote, std::move(ctx));
 }
 
+// What a peer's word said: it takes part (and may write into this rank's buffers until its
+// done), it does not (no-go, or it is lost), or nothing yet (its word did not come in time).
+enum class Part : std::uint8_t { taking, not_taking, unheard };
+
+// The words of the peers that were unheard, awaited once more (one more timeout at most): such
+// a peer was late, not necessarily gone, and a go it says now lets it write into this rank's
+// buffers like any other. One still unheard is given up on, with an error logged (it may still
+// write).
+void hear_late_words(Call& call, std::vector<Part>& parts, const std::vector<RequestPtr>& words,
+                     const std::vector<Word>& heard) {
+  const auto start = base::Clock::now();
+  StallClock stall(call, start);
+  for (int p = 0; p < call.size; ++p) {
+    const auto i = static_cast<std::size_t>(p);
+    if (parts[i] != Part::unheard) continue;
+    auto error = await_peer(call, words[i], sizeof(Word), p, start + call.timeout, stall,
+                            "say whether it takes part (a second time)");
+    if (!error) {
+      parts[i] = heard[i] == Word::go ? Part::taking : Part::not_taking;
+    } else if (error->kind() == ErrorKind::timeout) {
+      base::log("coll", base::LogLevel::error, error->what(),
+                " (if it takes part after all, it may still write into the receive buffer)");
+    } else {
+      parts[i] = Part::not_taking;  // lost
+    }
+  }
+}
+
 // Says done (with this rank's outcome) to the peers that said go and waits for their done: no
 // rank returns, even with an error, while a peer that may write into it still does. Returns the
 // error to raise: `failure` if set, else the first one met (a peer's failed done included).
 // `outcomes` (a byte per rank) receives the peers' words: the caller keeps it until the call's
 // receives are settled (rethrow() cancels those a failure leaves pending).
-std::optional<Error> finish(Call& call, const std::vector<bool>& said_go,
+std::optional<Error> finish(Call& call, std::vector<Part>& parts,
+                            const std::vector<RequestPtr>& words, const std::vector<Word>& heard,
                             std::optional<Error> failure, std::vector<std::uint8_t>& outcomes) {
   std::vector<RequestPtr> dones(static_cast<std::size_t>(call.size));
-  for (int p = 0; p < call.size; ++p) {
-    if (!said_go[static_cast<std::size_t>(p)]) continue;
-    dones[static_cast<std::size_t>(p)] =
-        post_recv(call, &outcomes[static_cast<std::size_t>(p)], 1, p);
-    tell(call, p, done_word(failure), 1);
+  auto say_done = [&] {  // to the peers taking part not told yet
+    for (int p = 0; p < call.size; ++p) {
+      const auto i = static_cast<std::size_t>(p);
+      if (parts[i] != Part::taking || dones[i]) continue;
+      dones[i] = post_recv(call, &outcomes[i], 1, p);
+      tell(call, p, done_word(failure), 1);
+    }
+  };
+  say_done();  // first: those wait for it while the late words are awaited
+  if (std::find(parts.begin(), parts.end(), Part::unheard) != parts.end()) {
+    hear_late_words(call, parts, words, heard);
+    say_done();
   }
   const auto start = base::Clock::now();
   StallClock stall(call, start);
   for (int p = 0; p < call.size; ++p) {
-    if (!said_go[static_cast<std::size_t>(p)]) continue;
+    if (parts[static_cast<std::size_t>(p)] != Part::taking) continue;
     auto error = await_peer(call, dones[static_cast<std::size_t>(p)], 1, p, start + call.timeout,
                             stall, "say it was done with this rank's buffers");
     if (failure && error && error->kind() == ErrorKind::timeout)  // its done did not come
@@ -229,7 +267,7 @@ void run_direct(Call& call, const Posting& mine, Body&& body) {
       words[static_cast<std::size_t>(p)] =
           post_recv(call, &heard[static_cast<std::size_t>(p)], sizeof(Word), p);
   tell_all(call, &go_word, sizeof go_word);
-  std::vector<bool> said_go(static_cast<std::size_t>(call.size), false);
+  std::vector<Part> parts(static_cast<std::size_t>(call.size), Part::not_taking);
   std::optional<Error> failure;
   {
     const auto start = base::Clock::now();
@@ -238,8 +276,10 @@ void run_direct(Call& call, const Posting& mine, Body&& body) {
       if (p == call.rank) continue;
       auto error = await_peer(call, words[static_cast<std::size_t>(p)], sizeof(Word), p,
                               start + call.timeout, stall, "say whether it takes part");
+      if (error && error->kind() == ErrorKind::timeout)
+        parts[static_cast<std::size_t>(p)] = Part::unheard;  // late: it may still say go
       if (!error && heard[static_cast<std::size_t>(p)] == Word::go) {
-        said_go[static_cast<std::size_t>(p)] = true;
+        parts[static_cast<std::size_t>(p)] = Part::taking;
       } else if (!error) {
         error = call.messenger.first_peer_failure().value_or(
             Error(ErrorKind::timeout,
@@ -264,7 +304,7 @@ void run_direct(Call& call, const Posting& mine, Body&& body) {
     }
   }
   std::vector<std::uint8_t> outcomes(static_cast<std::size_t>(call.size), 0);
-  if (auto error = finish(call, said_go, failure, outcomes)) {
+  if (auto error = finish(call, parts, words, heard, failure, outcomes)) {
     abandon_pending(call, *error);  // receives into `heard` and `outcomes`
     rethrow(call, *error);
   }

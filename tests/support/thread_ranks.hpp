@@ -15,10 +15,12 @@
 namespace anview::testing {
 
 // Runs fn(comm) on `ranks` threads; rethrows the first exception any rank raised.
-// `host_of(rank)`, when given, names each rank's emulated host (CommunicatorOptions::host_id).
+// `host_of(rank)`, when given, names each rank's emulated host (CommunicatorOptions::host_id);
+// `timeout_of(rank)`, each rank's communicator timeout (else `timeout`, the store's too).
 inline void run_ranks(int ranks, const std::function<void(Communicator&)>& fn,
                       std::chrono::milliseconds timeout = std::chrono::seconds(20),
-                      const std::function<std::string(int)>& host_of = nullptr) {
+                      const std::function<std::string(int)>& host_of = nullptr,
+                      const std::function<std::chrono::milliseconds(int)>& timeout_of = nullptr) {
   static std::atomic<int> generation{0};
   const std::string prefix = "test" + std::to_string(generation++);
   Store server = Store::serve_tcp("127.0.0.1:0", {.timeout = timeout});
@@ -29,9 +31,10 @@ inline void run_ranks(int ranks, const std::function<void(Communicator&)>& fn,
     threads.emplace_back([&, r] {
       try {
         Store store = Store::connect_tcp(address, {.timeout = timeout, .rank = r});
-        Communicator comm = Communicator::create(
-            r, ranks, store,
-            {.timeout = timeout, .store_prefix = prefix, .host_id = host_of ? host_of(r) : ""});
+        Communicator comm = Communicator::create(r, ranks, store,
+                                                 {.timeout = timeout_of ? timeout_of(r) : timeout,
+                                                  .store_prefix = prefix,
+                                                  .host_id = host_of ? host_of(r) : ""});
         fn(comm);
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();

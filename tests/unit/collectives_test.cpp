@@ -173,6 +173,61 @@ TEST(Collectives, AllreduceDirectFailsOnEveryRankWhenOnePeerFailsItsPart) {
   for (float* s : send) ::munmap(s, bytes);
 }
 
+// Rank 0's wait for the others' go words times out (its timeout is short), but they were only
+// late: their postings to each other waited behind a full ring (rank 2 had paused reading rank
+// 1's, over its unexpected-message budget, until a thread of its own took those messages).
+// Once on time again they say go and write into rank 0's receive buffer: rank 0 must not have
+// returned by then. Before, it waited only for the done of ranks whose go had come in time,
+// and returned while the two still wrote into its buffer.
+TEST(Collectives, AllreduceDirectWaitsForPeersWhoseGoCameLate) {
+  ScopedEnv forced("ANVIEW_ALGO", "allreduce=direct");
+  ScopedEnv budget("ANVIEW_UNEXPECTED_BYTES", "1M");
+  constexpr std::size_t count = 3 * 4096;
+  constexpr std::size_t filler_bytes = 2048, fillers = 2048;  // 4 MiB: budget and ring full
+  constexpr auto short_timeout = std::chrono::milliseconds(1500);
+  constexpr auto stall = std::chrono::milliseconds(2200);  // between one and two timeouts
+  std::vector<std::vector<float>> send(3, std::vector<float>(count, 1.0f));
+  std::vector<std::vector<float>> recv(3, std::vector<float>(count, -1.0f));
+  std::vector<float> at_return;  // rank 0's receive buffer when its call returned
+  std::string rank0_outcome;
+  run_ranks(
+      3,
+      [&](Communicator& comm) {
+        const auto me = static_cast<std::size_t>(comm.rank());
+        // A first call sets up what every direct call uses (and takes its own messages).
+        comm.allreduce(send[me].data(), recv[me].data(), count, DataType::float32, ReduceOp::sum);
+        std::fill(recv[me].begin(), recv[me].end(), -1.0f);
+        std::vector<char> filler(filler_bytes * fillers);
+        std::vector<Request> sent;
+        std::jthread taker;
+        if (comm.rank() == 1) {
+          for (std::size_t i = 0; i < fillers; ++i)
+            sent.push_back(comm.isend(filler.data() + i * filler_bytes, filler_bytes, 2, Tag{99}));
+        } else if (comm.rank() == 2) {
+          taker = std::jthread([&] {
+            std::this_thread::sleep_for(stall);
+            std::vector<Request> taken;
+            for (std::size_t i = 0; i < fillers; ++i)
+              taken.push_back(
+                  comm.irecv(filler.data() + i * filler_bytes, filler_bytes, 1, Tag{99}));
+            for (auto& r : taken) r.wait(std::chrono::seconds(10));
+          });
+        }
+        try {
+          comm.allreduce(send[me].data(), recv[me].data(), count, DataType::float32, ReduceOp::sum);
+          if (me == 0) rank0_outcome = "success";
+        } catch (const Error& e) {
+          if (me == 0) rank0_outcome = e.what();
+        }
+        if (me == 0) at_return = recv[0];
+        for (auto& r : sent) r.wait(std::chrono::seconds(10));
+      },
+      std::chrono::seconds(10), nullptr,
+      [&](int rank) { return rank == 0 ? short_timeout : std::chrono::milliseconds(8000); });
+  EXPECT_NE(rank0_outcome.find("anview timeout error"), std::string::npos) << rank0_outcome;
+  EXPECT_TRUE(at_return == recv[0]) << "rank 0's receive buffer changed after its call returned";
+}
+
 TEST(Collectives, ReduceScatterDirectEveryRankCountInAndOutOfPlace) {
   ScopedEnv forced("ANVIEW_ALGO", "reduce_scatter=direct");
   for (int n : rank_counts) {
