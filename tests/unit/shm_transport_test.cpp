@@ -574,6 +574,21 @@ TEST(ShmTransport, ClosingALinkWakesTheSleepingPeer) {
       << ranks.sink(0).failures.at(1)->what();
 }
 
+// The peer closed its end after this rank's poller last looked and before it said it sleeps,
+// so no wake-up came: the check before sleeping sees the close, and the rank does not sleep.
+TEST(ShmTransport, AClosedLinkKeepsTheRankFromSleeping) {
+  Ranks ranks(2);
+  ranks.connect();
+  Mapping ring = ranks.ring(1, 0);
+  ASSERT_TRUE(ring);
+  reinterpret_cast<RingControl*>(ring.data())->producer_closed.store(1);  // and no wake-up
+  const auto start = base::Clock::now();
+  ranks.engine(0).wait_events(5000);  // as a driver sleeps between two rounds
+  EXPECT_LT(base::Clock::now() - start, std::chrono::seconds(2));
+  for (int i = 0; i < 10 && ranks.sink(0).failures.count(1) == 0; ++i) ranks.engine(0).poll(0);
+  ASSERT_EQ(ranks.sink(0).failures.count(1), 1u);
+}
+
 TEST(ShmTransport, PeersOnOtherHostsAreNotReachable) {
   Ranks ranks(2);
   PeerInfo other = ranks.info(1);

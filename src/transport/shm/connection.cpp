@@ -300,6 +300,10 @@ void Connection::wake_peer() {
 
 bool Connection::work_pending(bool read_head) const {
   if (!readable_.load(std::memory_order_relaxed)) return false;
+  // Before sleeping: the peer closed its end after our poller last looked, and saw us awake
+  // (no wake-up). Pairs with revoke_offers(): its seq_cst store of the flag before its load of
+  // `sleeping`, our store of `sleeping` before this load.
+  if (read_head && in_control_->producer_closed.load(std::memory_order_seq_cst) != 0) return true;
   if (!paused_.load(std::memory_order_relaxed) && (read_head ? in_.has_data() : in_.next_arrived()))
     return true;
   return blocked_.load(std::memory_order_relaxed) &&
