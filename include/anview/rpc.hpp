@@ -109,8 +109,10 @@ class RpcServer {
   // Stops accepting, fails the calls not yet answered, closes the connections. Also done by
   // the destructor of the last handle. A handler may call it: the server then stops without
   // waiting for its own threads, which the destructor (or a shutdown() from another thread)
-  // joins. The last handle may go away inside a handler too: a thread of the server's own
-  // then joins the others (the handler's once it returns) and frees the server.
+  // joins. The last handle may go away inside a handler too: the server then stops, and a
+  // thread of the library's own joins the server's threads (the handler's once it returns) and
+  // frees it. Until then, handlers already running or queued still run (what they use must
+  // outlive them); a program that exits meanwhile waits for that teardown to end.
   void shutdown();
 
  private:

@@ -2,7 +2,9 @@
 #include "base/timeouts.hpp"
 
 #include <cstring>
+#include <exception>
 #include <utility>
+#include <vector>
 
 #include "base/log.hpp"
 #include "patterns/rpc_transfer.hpp"
@@ -280,6 +282,8 @@ void RpcServerImpl::dispatch(std::shared_ptr<RpcServerCall> call, Message reques
   auto job = [this, call = std::move(call), request = std::move(request),
               method = std::move(method)]() mutable {
     const ServingFor serving(this);  // on the pool too: a handler's shutdown() must not join it
+    // The user's closures go with this scope, inside `serving`: one may hold the last handle.
+    const Method handlers = std::move(method);
     if (std::chrono::steady_clock::now() >= call->deadline) {
       call->answer(ReplyStatus::deadline_exceeded, "the deadline passed before the handler ran",
                    nullptr);
@@ -287,11 +291,11 @@ void RpcServerImpl::dispatch(std::shared_ptr<RpcServerCall> call, Message reques
     }
     const CallContext context(call);
     try {
-      if (method.sync) {
-        const Message reply = method.sync(context, request);
+      if (handlers.sync) {
+        const Message reply = handlers.sync(context, request);
         call->answer(ReplyStatus::ok, {}, &reply);
       } else {
-        method.async(context, request, Responder(call));
+        handlers.async(context, request, Responder(call));
       }
     } catch (const std::exception& e) {
       call->answer(ReplyStatus::handler_error, e.what(), nullptr);
@@ -333,18 +337,67 @@ void Responder::fail(std::string message) {
 
 namespace {
 
+// Frees the servers whose last handle went inside one of their own handlers, each on a thread
+// of its own (it joins the server's threads, the handler's once that returns). At exit it waits
+// for them: a "quit" handler drops the server, main returns, and the teardown (connections
+// said goodbye to, threads joined) still ends before the process does.
+class Reaper {
+ public:
+  static Reaper& instance() {
+    static Reaper reaper;
+    return reaper;
+  }
+  Reaper(const Reaper&) = delete;
+  Reaper& operator=(const Reaper&) = delete;
+  ~Reaper() {
+    std::lock_guard lock(mu_);
+    for (Freeing& f : freeing_) f.thread.join();
+  }
+  void free_later(detail::RpcServerImpl* server) noexcept {
+    std::lock_guard lock(mu_);
+    std::erase_if(freeing_, [](Freeing& f) {
+      if (!f.done->load(std::memory_order_acquire)) return false;
+      f.thread.join();
+      return true;
+    });
+    try {
+      auto done = std::make_shared<std::atomic<bool>>(false);
+      std::thread thread([server, done] {
+        delete server;
+        done->store(true, std::memory_order_release);
+      });
+      freeing_.push_back(Freeing{std::move(thread), std::move(done)});
+    } catch (const std::exception& e) {
+      base::log("rpc", base::LogLevel::error,
+                "rpc: cannot start the thread that frees a server dropped inside its own "
+                "handler (",
+                e.what(), "): the server stays allocated");
+    }
+  }
+
+ private:
+  Reaper() = default;
+  struct Freeing {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex mu_;
+  std::vector<Freeing> freeing_;
+};
+
 // The last handle may go inside one of the server's own handlers (a "quit" method that drops
-// it), on a thread the server must join: there the server only says stop, and a thread of its
-// own joins the server's threads (that one once the handler returns) and frees it.
+// it), on a thread the server must join: there the server only says stop, and the Reaper frees
+// it.
 std::shared_ptr<detail::RpcServerImpl> make_server(ServerOptions options) {
   using detail::RpcServerImpl;
+  Reaper::instance();  // built before the server: destroyed, so waiting, after it is used
   return std::shared_ptr<RpcServerImpl>(new RpcServerImpl(options), [](RpcServerImpl* server) {
     if (detail::serving_for != server) {
       delete server;
       return;
     }
     server->shutdown();
-    std::thread([server] { delete server; }).detach();
+    Reaper::instance().free_later(server);
   });
 }
 

@@ -201,14 +201,17 @@ TEST(Rpc, AHandlerMayShutTheServerDown) {
 TEST(Rpc, AHandlerMayDropTheServersLastHandle) {
   for (int threads : {0, 2}) {
     SCOPED_TRACE("handler_threads " + std::to_string(threads));
-    std::atomic<bool> dropped{false};  // before the server: its threads set it
+    std::atomic<bool> dropped{false}, freed{false};  // before the server: its threads set them
     std::optional<RpcServer> server =
         RpcServer::listen("127.0.0.1:0", {.handler_threads = threads});
-    server->add_method("quit", [&](const CallContext&, const Message&) {
+    // Goes with the method's handler, when the server is freed.
+    std::shared_ptr<void> sentinel(nullptr, [&](void*) { freed = true; });
+    server->add_method("quit", [&, sentinel](const CallContext&, const Message&) {
       server.reset();  // the last handle
       dropped = true;
       return Message("bye");
     });
+    sentinel.reset();
     RpcClient client = RpcClient::connect(server->address());
     try {
       EXPECT_EQ(client.call_sync("quit", Message(), {.deadline = 5s}).text(), "bye");
@@ -220,6 +223,9 @@ TEST(Rpc, AHandlerMayDropTheServersLastHandle) {
     EXPECT_TRUE(dropped.load());
     // The server stopped: later calls fail, they do not hang.
     EXPECT_THROW(client.call_sync("quit", Message(), {.deadline = 2s}), Error);
+    // And it was freed (not leaked), once the handler returned.
+    for (int i = 0; i < 5000 && !freed.load(); ++i) std::this_thread::sleep_for(1ms);
+    EXPECT_TRUE(freed.load());
   }
 }
 
