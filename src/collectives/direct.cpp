@@ -186,10 +186,11 @@ enum class Part : std::uint8_t { taking, not_taking, unheard };
 
 // The words of the peers that were unheard, awaited once more (one more timeout at most): such
 // a peer was late, not necessarily gone, and a go it says now lets it write into this rank's
-// buffers like any other. One still unheard is given up on, with an error logged (it may still
-// write).
+// buffers like any other; `went(p)` is called for it at once. One still unheard is given up on,
+// with an error logged (it may still write).
+template <typename Went>
 void hear_late_words(Call& call, std::vector<Part>& parts, const std::vector<RequestPtr>& words,
-                     const std::vector<Word>& heard) {
+                     const std::vector<Word>& heard, Went&& went) {
   const auto start = base::Clock::now();
   StallClock stall(call, start);
   for (int p = 0; p < call.size; ++p) {
@@ -199,9 +200,10 @@ void hear_late_words(Call& call, std::vector<Part>& parts, const std::vector<Req
                             "say whether it takes part (a second time)");
     if (!error) {
       parts[i] = heard[i] == Word::go ? Part::taking : Part::not_taking;
+      if (parts[i] == Part::taking) went(p);
     } else if (error->kind() == ErrorKind::timeout) {
       base::log("coll", base::LogLevel::error, error->what(),
-                " (if it takes part after all, it may still write into the receive buffer)");
+                " (if it takes part after all, it may still write into this rank's buffers)");
     } else {
       parts[i] = Part::not_taking;  // lost
     }
@@ -217,19 +219,16 @@ std::optional<Error> finish(Call& call, std::vector<Part>& parts,
                             const std::vector<RequestPtr>& words, const std::vector<Word>& heard,
                             std::optional<Error> failure, std::vector<std::uint8_t>& outcomes) {
   std::vector<RequestPtr> dones(static_cast<std::size_t>(call.size));
-  auto say_done = [&] {  // to the peers taking part not told yet
-    for (int p = 0; p < call.size; ++p) {
-      const auto i = static_cast<std::size_t>(p);
-      if (parts[i] != Part::taking || dones[i]) continue;
-      dones[i] = post_recv(call, &outcomes[i], 1, p);
-      tell(call, p, done_word(failure), 1);
-    }
+  auto say_done = [&](int p) {
+    dones[static_cast<std::size_t>(p)] =
+        post_recv(call, &outcomes[static_cast<std::size_t>(p)], 1, p);
+    tell(call, p, done_word(failure), 1);
   };
-  say_done();  // first: those wait for it while the late words are awaited
-  if (std::find(parts.begin(), parts.end(), Part::unheard) != parts.end()) {
-    hear_late_words(call, parts, words, heard);
-    say_done();
-  }
+  // First to the peers that said go in time: they wait for it while late words are awaited.
+  for (int p = 0; p < call.size; ++p)
+    if (parts[static_cast<std::size_t>(p)] == Part::taking) say_done(p);
+  if (std::find(parts.begin(), parts.end(), Part::unheard) != parts.end())
+    hear_late_words(call, parts, words, heard, say_done);
   const auto start = base::Clock::now();
   StallClock stall(call, start);
   for (int p = 0; p < call.size; ++p) {
@@ -238,7 +237,7 @@ std::optional<Error> finish(Call& call, std::vector<Part>& parts,
                             stall, "say it was done with this rank's buffers");
     if (failure && error && error->kind() == ErrorKind::timeout)  // its done did not come
       base::log("coll", base::LogLevel::error, error->what(),
-                " (it may still write into the receive buffer)");
+                " (it may still write into this rank's buffers)");
     if (!error) error = peer_outcome(call, p, outcomes[static_cast<std::size_t>(p)]);
     if (error && !failure) failure = error;
   }

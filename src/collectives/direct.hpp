@@ -7,9 +7,10 @@
 // peer only after the peer's "go" (the peer has every posting and takes part), and a rank that
 // said go returns, with or without an error, only after the "done" of every peer that said go
 // to it (or once that peer is lost, or the call's timeout passed again, which is logged): no
-// rank returns while a peer still writes into its memory. A rank that gives up before the call
-// starts (a rank lost or late) says "no-go" instead; ranks that disagree about the call all
-// fail before any word is said.
+// rank returns while a peer still writes into its memory. A peer whose word did not come in
+// time may only be late and say go after all: its word is awaited once more (one more timeout)
+// before the call fails. A rank that gives up before the call starts (a rank lost or late)
+// says "no-go" instead; ranks that disagree about the call all fail before any word is said.
 #pragma once
 
 #include <cstddef>

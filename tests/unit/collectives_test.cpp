@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -182,14 +184,15 @@ TEST(Collectives, AllreduceDirectFailsOnEveryRankWhenOnePeerFailsItsPart) {
 TEST(Collectives, AllreduceDirectWaitsForPeersWhoseGoCameLate) {
   ScopedEnv forced("ANVIEW_ALGO", "allreduce=direct");
   ScopedEnv budget("ANVIEW_UNEXPECTED_BYTES", "1M");
-  constexpr std::size_t count = 3 * 4096;
+  constexpr std::size_t count = 3 * 4096;                     // a segment of 4096 per rank
   constexpr std::size_t filler_bytes = 2048, fillers = 2048;  // 4 MiB: budget and ring full
-  constexpr auto short_timeout = std::chrono::milliseconds(1500);
-  constexpr auto stall = std::chrono::milliseconds(2200);  // between one and two timeouts
+  constexpr auto short_timeout = std::chrono::milliseconds(2000);
+  constexpr auto stall = std::chrono::milliseconds(3000);  // halfway between one and two timeouts
   std::vector<std::vector<float>> send(3, std::vector<float>(count, 1.0f));
   std::vector<std::vector<float>> recv(3, std::vector<float>(count, -1.0f));
   std::vector<float> at_return;  // rank 0's receive buffer when its call returned
-  std::string rank0_outcome;
+  std::string rank0_outcome, taker_error;
+  std::atomic<std::int64_t> rank0_called{0};  // steady clock, ns; 0: not yet
   run_ranks(
       3,
       [&](Communicator& comm) {
@@ -200,19 +203,28 @@ TEST(Collectives, AllreduceDirectWaitsForPeersWhoseGoCameLate) {
         std::vector<char> filler(filler_bytes * fillers);
         std::vector<Request> sent;
         std::jthread taker;
-        if (comm.rank() == 1) {
+        if (me == 1) {
           for (std::size_t i = 0; i < fillers; ++i)
             sent.push_back(comm.isend(filler.data() + i * filler_bytes, filler_bytes, 2, Tag{99}));
-        } else if (comm.rank() == 2) {
+        } else if (me == 2) {
           taker = std::jthread([&] {
-            std::this_thread::sleep_for(stall);
-            std::vector<Request> taken;
-            for (std::size_t i = 0; i < fillers; ++i)
-              taken.push_back(
-                  comm.irecv(filler.data() + i * filler_bytes, filler_bytes, 1, Tag{99}));
-            for (auto& r : taken) r.wait(std::chrono::seconds(10));
+            try {
+              for (int i = 0; i < 10000 && rank0_called.load() == 0; ++i)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+              std::this_thread::sleep_until(std::chrono::steady_clock::time_point(
+                                                std::chrono::nanoseconds(rank0_called.load())) +
+                                            stall);
+              std::vector<Request> taken;
+              for (std::size_t i = 0; i < fillers; ++i)
+                taken.push_back(
+                    comm.irecv(filler.data() + i * filler_bytes, filler_bytes, 1, Tag{99}));
+              for (auto& r : taken) r.wait(std::chrono::seconds(10));
+            } catch (const Error& e) {
+              taker_error = e.what();
+            }
           });
         }
+        if (me == 0) rank0_called = std::chrono::steady_clock::now().time_since_epoch().count();
         try {
           comm.allreduce(send[me].data(), recv[me].data(), count, DataType::float32, ReduceOp::sum);
           if (me == 0) rank0_outcome = "success";
@@ -224,7 +236,13 @@ TEST(Collectives, AllreduceDirectWaitsForPeersWhoseGoCameLate) {
       },
       std::chrono::seconds(10), nullptr,
       [&](int rank) { return rank == 0 ? short_timeout : std::chrono::milliseconds(8000); });
+  EXPECT_EQ(taker_error, "");
   EXPECT_NE(rank0_outcome.find("anview timeout error"), std::string::npos) << rank0_outcome;
+  ASSERT_EQ(at_return.size(), count);
+  // Ranks 1 and 2 said go late and wrote their segments of rank 0's result, before it returned.
+  EXPECT_TRUE(std::all_of(at_return.begin() + 4096, at_return.end(), [](float v) {
+    return v == 3.0f;
+  })) << "ranks 1 and 2 did not write into rank 0's buffer before its call returned";
   EXPECT_TRUE(at_return == recv[0]) << "rank 0's receive buffer changed after its call returned";
 }
 
