@@ -112,7 +112,8 @@ class RpcServer {
   // joins. The last handle may go away inside a handler too: the server then stops, and a
   // thread of the library's own joins the server's threads (the handler's once it returns) and
   // frees it. Until then, handlers already running or queued still run (what they use must
-  // outlive them); a program that exits meanwhile waits for that teardown to end.
+  // outlive them); a program that exits meanwhile (not from one of the server's threads) waits
+  // for that teardown to end.
   void shutdown();
 
  private:

@@ -1,6 +1,7 @@
 #include "patterns/rpc_server.hpp"
 #include "base/timeouts.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <utility>
@@ -283,7 +284,7 @@ void RpcServerImpl::dispatch(std::shared_ptr<RpcServerCall> call, Message reques
               method = std::move(method)]() mutable {
     const ServingFor serving(this);  // on the pool too: a handler's shutdown() must not join it
     // The user's closures go with this scope, inside `serving`: one may hold the last handle.
-    const Method handlers = std::move(method);
+    const Method handlers = std::exchange(method, {});
     if (std::chrono::steady_clock::now() >= call->deadline) {
       call->answer(ReplyStatus::deadline_exceeded, "the deadline passed before the handler ran",
                    nullptr);
@@ -341,17 +342,16 @@ namespace {
 // of its own (it joins the server's threads, the handler's once that returns). At exit it waits
 // for them: a "quit" handler drops the server, main returns, and the teardown (connections
 // said goodbye to, threads joined) still ends before the process does.
+// - Never destroyed: a server may be dropped at any time, static destruction included.
+// - The wait is an exit hook registered with each server handed over: registered after every
+//   static that server's teardown uses was built, it runs before they are destroyed.
+// - An exit from one of a server's own threads does not wait (the teardown may be joining that
+//   very thread); what is still being freed then is left to the process's end.
 class Reaper {
  public:
   static Reaper& instance() {
-    static Reaper reaper;
-    return reaper;
-  }
-  Reaper(const Reaper&) = delete;
-  Reaper& operator=(const Reaper&) = delete;
-  ~Reaper() {
-    std::lock_guard lock(mu_);
-    for (Freeing& f : freeing_) f.thread.join();
+    static Reaper* const reaper = new Reaper;
+    return *reaper;
   }
   void free_later(detail::RpcServerImpl* server) noexcept {
     std::lock_guard lock(mu_);
@@ -361,11 +361,16 @@ class Reaper {
       return true;
     });
     try {
+      freeing_.reserve(freeing_.size() + 1);  // no throw once the thread runs
       auto done = std::make_shared<std::atomic<bool>>(false);
       std::thread thread([server, done] {
         delete server;
         done->store(true, std::memory_order_release);
       });
+      if (exited_ || std::atexit([] { instance().wait_at_exit(); }) != 0) {
+        thread.detach();
+        return;
+      }
       freeing_.push_back(Freeing{std::move(thread), std::move(done)});
     } catch (const std::exception& e) {
       base::log("rpc", base::LogLevel::error,
@@ -377,12 +382,28 @@ class Reaper {
 
  private:
   Reaper() = default;
+  void wait_at_exit() {
+    std::vector<Freeing> freeing;
+    {
+      std::lock_guard lock(mu_);
+      exited_ = true;
+      freeing.swap(freeing_);
+    }
+    for (Freeing& f : freeing) {
+      if (detail::serving_for != nullptr) {
+        f.thread.detach();
+      } else {
+        f.thread.join();
+      }
+    }
+  }
   struct Freeing {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::mutex mu_;
   std::vector<Freeing> freeing_;
+  bool exited_ = false;  // the exit hooks ran: later servers are freed detached
 };
 
 // The last handle may go inside one of the server's own handlers (a "quit" method that drops
@@ -390,7 +411,6 @@ class Reaper {
 // it.
 std::shared_ptr<detail::RpcServerImpl> make_server(ServerOptions options) {
   using detail::RpcServerImpl;
-  Reaper::instance();  // built before the server: destroyed, so waiting, after it is used
   return std::shared_ptr<RpcServerImpl>(new RpcServerImpl(options), [](RpcServerImpl* server) {
     if (detail::serving_for != server) {
       delete server;

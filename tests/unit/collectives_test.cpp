@@ -186,8 +186,8 @@ TEST(Collectives, AllreduceDirectWaitsForPeersWhoseGoCameLate) {
   ScopedEnv budget("ANVIEW_UNEXPECTED_BYTES", "1M");
   constexpr std::size_t count = 3 * 4096;                     // a segment of 4096 per rank
   constexpr std::size_t filler_bytes = 2048, fillers = 2048;  // 4 MiB: budget and ring full
-  constexpr auto short_timeout = std::chrono::milliseconds(2000);
-  constexpr auto stall = std::chrono::milliseconds(3000);  // halfway between one and two timeouts
+  constexpr auto short_timeout = std::chrono::milliseconds(3000);
+  constexpr auto stall = std::chrono::milliseconds(4500);  // halfway between one and two timeouts
   std::vector<std::vector<float>> send(3, std::vector<float>(count, 1.0f));
   std::vector<std::vector<float>> recv(3, std::vector<float>(count, -1.0f));
   std::vector<float> at_return;  // rank 0's receive buffer when its call returned
@@ -235,7 +235,7 @@ TEST(Collectives, AllreduceDirectWaitsForPeersWhoseGoCameLate) {
         for (auto& r : sent) r.wait(std::chrono::seconds(10));
       },
       std::chrono::seconds(10), nullptr,
-      [&](int rank) { return rank == 0 ? short_timeout : std::chrono::milliseconds(8000); });
+      [&](int rank) { return rank == 0 ? short_timeout : std::chrono::milliseconds(12000); });
   EXPECT_EQ(taker_error, "");
   EXPECT_NE(rank0_outcome.find("anview timeout error"), std::string::npos) << rank0_outcome;
   ASSERT_EQ(at_return.size(), count);

@@ -201,31 +201,33 @@ TEST(Rpc, AHandlerMayShutTheServerDown) {
 TEST(Rpc, AHandlerMayDropTheServersLastHandle) {
   for (int threads : {0, 2}) {
     SCOPED_TRACE("handler_threads " + std::to_string(threads));
-    std::atomic<bool> dropped{false}, freed{false};  // before the server: its threads set them
-    std::optional<RpcServer> server =
-        RpcServer::listen("127.0.0.1:0", {.handler_threads = threads});
+    // Shared with the server's threads, which may outlive this scope in a failing run.
+    auto dropped = std::make_shared<std::atomic<bool>>(false);
+    auto freed = std::make_shared<std::atomic<bool>>(false);
+    auto server = std::make_shared<std::optional<RpcServer>>(
+        RpcServer::listen("127.0.0.1:0", {.handler_threads = threads}));
     // Goes with the method's handler, when the server is freed.
-    std::shared_ptr<void> sentinel(nullptr, [&](void*) { freed = true; });
-    server->add_method("quit", [&, sentinel](const CallContext&, const Message&) {
-      server.reset();  // the last handle
-      dropped = true;
+    std::shared_ptr<void> sentinel(nullptr, [freed](void*) { *freed = true; });
+    (*server)->add_method("quit", [server, dropped, sentinel](const CallContext&, const Message&) {
+      server->reset();  // the last handle
+      *dropped = true;
       return Message("bye");
     });
     sentinel.reset();
-    RpcClient client = RpcClient::connect(server->address());
+    RpcClient client = RpcClient::connect((*server)->address());
     try {
       EXPECT_EQ(client.call_sync("quit", Message(), {.deadline = 5s}).text(), "bye");
     } catch (const Error& e) {  // or the connection closed before the reply went out
       EXPECT_TRUE(e.kind() == ErrorKind::peer_lost || e.kind() == ErrorKind::link) << e.what();
     }
     // The handler goes on after the reset, maybe after the connection closed.
-    for (int i = 0; i < 5000 && !dropped.load(); ++i) std::this_thread::sleep_for(1ms);
-    EXPECT_TRUE(dropped.load());
+    for (int i = 0; i < 5000 && !dropped->load(); ++i) std::this_thread::sleep_for(1ms);
+    EXPECT_TRUE(dropped->load());
     // The server stopped: later calls fail, they do not hang.
     EXPECT_THROW(client.call_sync("quit", Message(), {.deadline = 2s}), Error);
     // And it was freed (not leaked), once the handler returned.
-    for (int i = 0; i < 5000 && !freed.load(); ++i) std::this_thread::sleep_for(1ms);
-    EXPECT_TRUE(freed.load());
+    for (int i = 0; i < 5000 && !freed->load(); ++i) std::this_thread::sleep_for(1ms);
+    EXPECT_TRUE(freed->load());
   }
 }
 
