@@ -220,8 +220,6 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
   req->status = Status{config_.rank, tag, bytes};
   if (trace_ != nullptr || (base::metrics::enabled && bytes > eager_bytes_))
     req->posted = base::Clock::now();
-  // Most posts complete nothing under the lock: no Completions to make and take apart then.
-  std::optional<Completions> completed;
   {
     Lock lock(mu_);
     PeerState& ps = peers_[static_cast<std::size_t>(peer)];
@@ -258,9 +256,8 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
       h.arg = bytes;
       send_frame(peer, h, nullptr, transport::Ordering::ordered, nullptr);
     }
-    if (!completed_.empty()) take_completed(completed.emplace());
+    if (!completed_.empty()) run_completed(lock);
   }
-  if (completed) run_callbacks(*completed);
   return req;
 }
 
@@ -281,7 +278,6 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
   req->capacity = capacity;
   if (trace_ != nullptr || (base::metrics::enabled && capacity > eager_bytes_))
     req->posted = base::Clock::now();
-  std::optional<Completions> completed;
   {
     Lock lock(mu_);
     const auto found = closed_ ? std::nullopt : unexpected_.find(source, tag);
@@ -306,9 +302,8 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
         for (int p = 0; p < config_.world_size; ++p) resume_reading(p);
       }
     }
-    if (!completed_.empty()) take_completed(completed.emplace());
+    if (!completed_.empty()) run_completed(lock);
   }
-  if (completed) run_callbacks(*completed);
   return req;
 }
 
@@ -457,6 +452,13 @@ void Messenger::take_completed(Completions& out) {
   out.notify = sleepers_.load(std::memory_order_seq_cst) > 0;
 }
 
+void Messenger::run_completed(Lock& lock) {
+  Completions completed;
+  take_completed(completed);
+  lock.unlock();
+  run_callbacks(completed);
+}
+
 void Messenger::run_callbacks(Completions& completed) {
   if (completed.notify) cv_.notify_all();
   completed.run();
@@ -563,16 +565,12 @@ void Messenger::drive(int sleep_ms, bool polled) {
   // nothing to do, so the lock round is skipped: a waiter spins on a few atomics only.
   if (!check_fds && !engine_.pollers_may_have_work()) return;
   const int n = check_fds ? engine_.wait_events(timeout) : 0;
-  std::optional<Completions> completed;  // most rounds complete nothing or blocking calls only
-  {
-    Lock lock(mu_);
-    engine_.dispatch_events(n);
-    // A round a hint started runs the hinted pollers only; a round that checked the fds
-    // (every fd_check_every_ rounds, or before sleeping) runs them all.
-    pollers_busy_ = engine_.run_pollers(/*hinted_only=*/!check_fds);
-    if (!completed_.empty()) take_completed(completed.emplace());
-  }
-  if (completed) run_callbacks(*completed);
+  Lock lock(mu_);
+  engine_.dispatch_events(n);
+  // A round a hint started runs the hinted pollers only; a round that checked the fds
+  // (every fd_check_every_ rounds, or before sleeping) runs them all.
+  pollers_busy_ = engine_.run_pollers(/*hinted_only=*/!check_fds);
+  if (!completed_.empty()) run_completed(lock);
 }
 
 bool Messenger::test(RequestImpl& request) {

@@ -246,6 +246,11 @@ class Messenger final : public transport::FrameSink,
   void take_completed(Completions& out);
   // Without mu_: wakes sleeping waiters if needed, runs the callbacks.
   void run_callbacks(Completions& completed);
+  // mu_ held, completed_ not empty: takes the completions out, releases `lock` and runs them.
+  // Out of line so that the hot rounds (isend, irecv, drive), which mostly complete nothing or
+  // blocking calls only, do not build a Completions: GCC zero-fills its 136 bytes with
+  // `rep stos` at every call, which was 12% of a spinning waiter's cycles over UCX.
+  [[gnu::noinline]] void run_completed(Lock& lock);
   void match_unexpected(const RequestPtr& recv, UnexpectedQueue::Iterator it);
   void start_rendezvous_receive(const RequestPtr& recv, int source, std::uint64_t tag,
                                 std::size_t bytes, std::uint64_t sender_id);
