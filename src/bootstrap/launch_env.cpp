@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 
@@ -18,6 +19,7 @@ struct Launcher {
   const char* local_rank;
   bool local_rank_optional;  // defaults to the rank when absent
   bool root_needs_anview;    // only ANVIEW_ROOT names the root (no MASTER_ADDR fallback)
+  bool root_from_nodelist;   // without MASTER_ADDR: rank 0's node from Slurm's node list
 };
 
 // In the order they are tried.
@@ -27,25 +29,29 @@ constexpr Launcher launchers[] = {
      .world_size = "ANVIEW_WORLD_SIZE",
      .local_rank = "ANVIEW_LOCAL_RANK",
      .local_rank_optional = true,
-     .root_needs_anview = true},
+     .root_needs_anview = true,
+     .root_from_nodelist = false},
     {.name = "torchrun",
      .rank = "RANK",
      .world_size = "WORLD_SIZE",
      .local_rank = "LOCAL_RANK",
      .local_rank_optional = false,
-     .root_needs_anview = false},
+     .root_needs_anview = false,
+     .root_from_nodelist = false},
     {.name = "openmpi",
      .rank = "OMPI_COMM_WORLD_RANK",
      .world_size = "OMPI_COMM_WORLD_SIZE",
      .local_rank = "OMPI_COMM_WORLD_LOCAL_RANK",
      .local_rank_optional = false,
-     .root_needs_anview = false},
+     .root_needs_anview = false,
+     .root_from_nodelist = false},
     {.name = "slurm",
      .rank = "SLURM_PROCID",
      .world_size = "SLURM_NTASKS",
      .local_rank = "SLURM_LOCALID",
      .local_rank_optional = false,
-     .root_needs_anview = false},
+     .root_needs_anview = false,
+     .root_from_nodelist = true},
 };
 
 [[noreturn]] void usage(const Launcher& l, const std::string& cause) {
@@ -88,7 +94,67 @@ void check_host_port(const Launcher& l, const char* name, const std::string& tex
                  "\"[fe80::1]:29500\")");
 }
 
-std::string find_root(const EnvLookup& getenv, const Launcher& l) {
+int parse_port(const Launcher& l, const std::string& text) {
+  const int p = parse_int(l, "MASTER_PORT", text);
+  if (p < 1 || p > 65535) usage(l, "MASTER_PORT=" + text + " is not a port (1..65535)");
+  return p;
+}
+
+std::uint64_t parse_id(const Launcher& l, const char* name, const std::string& text) {
+  std::uint64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size())
+    usage(l, std::string(name) + "='" + text + "' is not a number");
+  return value;
+}
+
+// Under srun with neither ANVIEW_ROOT nor MASTER_ADDR: Slurm starts task 0 on the first node of
+// the step (block, cyclic and plane distributions alike), so every rank can name rank 0's node
+// from the step's node list; the port comes from the job and step ids unless MASTER_PORT gives
+// one. Only srun sets the step's list: a batch script's own process also has SLURM_PROCID=0
+// and the allocation's SLURM_NTASKS, and would wait for ranks nobody started.
+std::string slurm_root(const EnvLookup& getenv, const Launcher& l, int rank,
+                       const std::optional<std::string>& port, std::string* source) {
+  const char* list_name = "SLURM_STEP_NODELIST";
+  const auto list = lookup(getenv, list_name);
+  if (!list)
+    usage(l,
+          "ANVIEW_ROOT is not set, nor MASTER_ADDR and MASTER_PORT, nor SLURM_STEP_NODELIST, "
+          "which srun sets (not started by srun? a batch script's own process has SLURM_PROCID "
+          "but no step): start the ranks with srun, or set MASTER_ADDR and MASTER_PORT, or "
+          "ANVIEW_ROOT");
+  const auto host = first_slurm_host(*list);
+  if (!host) usage(l, std::string(list_name) + "='" + *list + "' is not a Slurm host list");
+  int p = 0;
+  if (port) {
+    p = parse_port(l, *port);
+    *source = std::string("the first node of ") + list_name + ", the port from MASTER_PORT";
+  } else {
+    const auto job = lookup(getenv, "SLURM_JOB_ID");
+    if (!job)
+      usage(l, std::string("SLURM_JOB_ID is not set: it chooses the root's port (on the first "
+                           "node of ") +
+                   list_name + "); or set MASTER_PORT, or ANVIEW_ROOT");
+    const auto step = lookup(getenv, "SLURM_STEP_ID");
+    // 20000..29999, below Linux's ephemeral ports: consecutive jobs and steps differ.
+    p = 20000 + static_cast<int>(parse_id(l, "SLURM_JOB_ID", *job) % 1000 * 10 +
+                                 (step ? parse_id(l, "SLURM_STEP_ID", *step) % 10 : 0));
+    *source = std::string("the first node of ") + list_name +
+              ", the port from SLURM_JOB_ID and SLURM_STEP_ID";
+  }
+  // A distribution that does not start on the first node (arbitrary, from a host file) puts
+  // rank 0 elsewhere: say so here rather than fail to listen on another node's address.
+  if (const auto node = lookup(getenv, "SLURMD_NODENAME"); rank == 0 && node && *node != *host)
+    usage(l, "rank 0 runs on node " + *node + ", not on " + *host + ", the first node of " +
+                 list_name + " (a task distribution that does not start there): set " +
+                 "MASTER_ADDR and MASTER_PORT, or ANVIEW_ROOT, to rank 0's node and a free port");
+  *source += "; ANVIEW_ROOT, or MASTER_ADDR and MASTER_PORT, choose another";
+  const std::string root = *host + ":" + std::to_string(p);
+  check_host_port(l, list_name, root);
+  return root;
+}
+
+std::string find_root(const EnvLookup& getenv, const Launcher& l, int rank, std::string* source) {
   if (auto root = lookup(getenv, "ANVIEW_ROOT")) {
     check_host_port(l, "ANVIEW_ROOT", *root);
     return *root;
@@ -107,11 +173,11 @@ std::string find_root(const EnvLookup& getenv, const Launcher& l) {
               "anview.torch, which shares PyTorch's store");
   const auto addr = lookup(getenv, "MASTER_ADDR");
   const auto port = lookup(getenv, "MASTER_PORT");
+  if (!addr && l.root_from_nodelist) return slurm_root(getenv, l, rank, port, source);
   if (!addr && !port) usage(l, "ANVIEW_ROOT is not set, nor MASTER_ADDR and MASTER_PORT");
   if (!addr) usage(l, "MASTER_ADDR is not set (MASTER_PORT is)");
   if (!port) usage(l, "MASTER_PORT is not set (MASTER_ADDR is)");
-  const int p = parse_int(l, "MASTER_PORT", *port);
-  if (p < 1 || p > 65535) usage(l, "MASTER_PORT=" + *port + " is not a port (1..65535)");
+  const int p = parse_port(l, *port);
   const bool v6 = addr->find(':') != std::string::npos && addr->front() != '[';
   const std::string root = (v6 ? "[" + *addr + "]" : *addr) + ":" + std::to_string(p);
   std::string host;
@@ -138,11 +204,38 @@ LaunchInfo read_launcher(const EnvLookup& getenv, const Launcher& l, const std::
   if (info.local_rank < 0 || info.local_rank >= info.world_size)
     usage(l, std::string(l.local_rank) + "=" + std::to_string(info.local_rank) + " is not in [0, " +
                  l.world_size + "=" + std::to_string(info.world_size) + ")");
-  info.root = find_root(getenv, l);
+  info.root = find_root(getenv, l, info.rank, &info.root_source);
   return info;
 }
 
+bool slurm_host_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+}
+
 }  // namespace
+
+std::optional<std::string> first_slurm_host(std::string_view list) {
+  std::string host;
+  for (std::size_t i = 0; i < list.size() && list[i] != ',';) {
+    if (list[i] != '[') {
+      if (!slurm_host_char(list[i])) return std::nullopt;
+      host += list[i++];
+      continue;
+    }
+    // "[07-09,12]": the first number as written (zero padding kept).
+    const std::size_t close = list.find(']', i);
+    if (close == std::string_view::npos || close == i + 1) return std::nullopt;
+    const std::string_view ranges = list.substr(i + 1, close - i - 1);
+    for (const char c : ranges)
+      if (!std::isdigit(static_cast<unsigned char>(c)) && c != '-' && c != ',') return std::nullopt;
+    const std::string_view first = ranges.substr(0, ranges.find_first_of("-,"));
+    if (first.empty()) return std::nullopt;
+    host += first;
+    i = close + 1;
+  }
+  if (host.empty()) return std::nullopt;
+  return host;
+}
 
 LaunchInfo detect_launch(const EnvLookup& getenv) {
   for (const Launcher& l : launchers)

@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace anview::bootstrap {
 
@@ -12,8 +13,9 @@ struct LaunchInfo {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
-  std::string root;      // "host:port" of the TCP store
-  std::string launcher;  // "anview", "torchrun", "openmpi", "slurm"
+  std::string root;         // "host:port" of the TCP store
+  std::string root_source;  // how the root was found where no variable names it (else empty)
+  std::string launcher;     // "anview", "torchrun", "openmpi", "slurm"
 };
 
 // Reads variables through `getenv` (tests pass a map lookup). Tried in order:
@@ -22,12 +24,19 @@ struct LaunchInfo {
 //   torchrun — RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR + MASTER_PORT
 //   openmpi  — OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, root from ANVIEW_ROOT or
 //              MASTER_ADDR + MASTER_PORT
-//   slurm    — SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, root as for openmpi
+//   slurm    — SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, root as for openmpi; without
+//              ANVIEW_ROOT and MASTER_ADDR, the first node of SLURM_STEP_NODELIST (set by
+//              srun), where Slurm starts task 0, at MASTER_PORT or else at
+//              20000 + (SLURM_JOB_ID % 1000) * 10 + SLURM_STEP_ID % 10
 // A launcher is recognised by its rank variable. A missing or malformed piece raises a usage
 // Error naming the variable. With none recognised: a usage Error listing what was looked for.
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 LaunchInfo detect_launch(const EnvLookup& getenv);
 LaunchInfo detect_launch();  // the process environment
+
+// The first host of a Slurm host list ("gpu[07-09,12],cpu3" gives "gpu07"); nullopt if the
+// text is not one.
+std::optional<std::string> first_slurm_host(std::string_view list);
 
 // A job of `world` ranks made to look like `hosts` machines on one (anview-run and anview-info
 // --emulate-hosts, tests): consecutive ranks share one, rank r the one numbered r*hosts/world.

@@ -196,6 +196,9 @@ Communicator Communicator::from_env(CommunicatorOptions options) {
   if (launch.rank != 0)
     return create(launch.rank, launch.world_size, Store::connect_tcp(launch.root, store_options),
                   std::move(options));
+  if (!launch.root_source.empty())
+    base::log("bootstrap", base::LogLevel::info, "serving the bootstrap store at ", launch.root,
+              " (", launch.root_source, ")");
   const auto serve = bootstrap::store_serve_address(launch.root, launch.rank);
   if (!serve.why.empty()) base::log("bootstrap", base::LogLevel::info, serve.why);
   Store store = Store::serve_tcp(serve.address, store_options);

@@ -121,6 +121,9 @@ config = {
     "slurm": b"\x02" + b"SLURM_PROCID=2\nSLURM_NTASKS=3\nSLURM_LOCALID=0\nMASTER_ADDR=node1\n"
              b"MASTER_PORT=1234",
     "rank-out-of-range": b"\x02" + b"ANVIEW_RANK=4\nANVIEW_WORLD_SIZE=4\nANVIEW_ROOT=h:1",
+    "slurm-nodelist": b"\x02" + b"SLURM_PROCID=0\nSLURM_NTASKS=2\nSLURM_LOCALID=0\n"
+    b"SLURM_STEP_NODELIST=gpu[07-09,12],cpu3\nSLURM_JOB_ID=123456\nSLURM_STEP_ID=2\n"
+    b"SLURMD_NODENAME=gpu07",
 }
 for name, data in config.items():
     write("fuzz_config", name, data)

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -149,6 +150,75 @@ TEST(LaunchEnv, Slurm) {
   EXPECT_EQ(info.root, "head:29400");
 }
 
+TEST(FirstSlurmHost, TheFirstNameOfTheFirstEntryAsWritten) {
+  EXPECT_EQ(first_slurm_host("node1"), "node1");
+  EXPECT_EQ(first_slurm_host("gpu[07-09,12],cpu3"), "gpu07");  // zero padding kept
+  EXPECT_EQ(first_slurm_host("gpu[12,07-09]"), "gpu12");       // Slurm's order, not sorted
+  EXPECT_EQ(first_slurm_host("n[5]-ib,m1"), "n5-ib");
+  EXPECT_EQ(first_slurm_host("rack[2-3]n[01-04]"), "rack2n01");
+  EXPECT_EQ(first_slurm_host("login.cluster_a,b"), "login.cluster_a");
+  for (const char* bad : {"", ",n1", "n[", "n[]", "n[a-b]", "n[1-2", "n]1", "two words", "n[-1]"})
+    EXPECT_EQ(first_slurm_host(bad), std::nullopt) << bad;
+}
+
+// srun sets no MASTER_ADDR: rank 0's node is the first of the step's, the port from the ids.
+TEST(LaunchEnv, SlurmWithoutARootFindsRankZerosNodeInTheNodeList) {
+  Env env{{"SLURM_PROCID", "3"},
+          {"SLURM_NTASKS", "4"},
+          {"SLURM_LOCALID", "1"},
+          {"SLURM_JOB_NODELIST", "gpu[01-09]"},
+          {"SLURM_STEP_NODELIST", "gpu[07-09]"},
+          {"SLURM_JOB_ID", "123456"},
+          {"SLURM_STEP_ID", "2"}};
+  auto info = detect(env);
+  EXPECT_EQ(info.root, "gpu07:24562");  // 20000 + 456 * 10 + 2
+  EXPECT_NE(info.root_source.find("SLURM_STEP_NODELIST"), std::string::npos) << info.root_source;
+  EXPECT_NE(info.root_source.find("SLURM_JOB_ID"), std::string::npos) << info.root_source;
+  env["MASTER_PORT"] = "29400";
+  EXPECT_EQ(detect(env).root, "gpu07:29400");
+  env["MASTER_ADDR"] = "head";  // what the user set wins
+  info = detect(env);
+  EXPECT_EQ(info.root, "head:29400");
+  EXPECT_EQ(info.root_source, "");
+  env.erase("MASTER_ADDR");
+  env["ANVIEW_ROOT"] = "chosen:1";
+  EXPECT_EQ(detect(env).root, "chosen:1");
+}
+
+TEST(LaunchEnv, SlurmRankZeroOnAnotherNodeThanTheFirstIsToldToSetTheRoot) {
+  Env env{{"SLURM_PROCID", "0"},  {"SLURM_NTASKS", "2"},
+          {"SLURM_LOCALID", "0"}, {"SLURM_STEP_NODELIST", "a[1-2]"},
+          {"SLURM_JOB_ID", "7"},  {"SLURMD_NODENAME", "a2"}};
+  expect_usage(env, {"rank 0 runs on node a2", "a1", "MASTER_ADDR", "ANVIEW_ROOT"});
+  env["SLURMD_NODENAME"] = "a1";
+  EXPECT_EQ(detect(env).root, "a1:20070");
+  env["SLURM_PROCID"] = "1";  // only rank 0 listens there
+  env["SLURMD_NODENAME"] = "a2";
+  EXPECT_EQ(detect(env).root, "a1:20070");
+}
+
+TEST(LaunchEnv, SlurmWithoutWhatTheRootNeedsNamesIt) {
+  // A batch script's own process: the allocation's variables, no step (srun did not start it).
+  Env env{{"SLURM_PROCID", "0"},
+          {"SLURM_NTASKS", "4"},
+          {"SLURM_LOCALID", "0"},
+          {"SLURM_JOB_ID", "12"},
+          {"SLURM_JOB_NODELIST", "n[1-4]"},
+          {"SLURM_NODELIST", "n[1-4]"}};
+  expect_usage(env, {"SLURM_STEP_NODELIST", "srun", "MASTER_ADDR", "ANVIEW_ROOT"});
+  env.erase("SLURM_JOB_ID");
+  env["SLURM_STEP_NODELIST"] = "n1";
+  expect_usage(env, {"SLURM_JOB_ID", "MASTER_PORT", "ANVIEW_ROOT"});
+  env["SLURM_JOB_ID"] = "12x";
+  expect_usage(env, {"SLURM_JOB_ID='12x'"});
+  env["SLURM_JOB_ID"] = "12";
+  env["SLURM_STEP_NODELIST"] = "n[1-";
+  expect_usage(env, {"SLURM_STEP_NODELIST='n[1-'", "host list"});
+  env["SLURM_STEP_NODELIST"] = "n1";
+  env["MASTER_PORT"] = "70000";
+  expect_usage(env, {"MASTER_PORT=70000"});
+}
+
 TEST(LaunchEnv, AnviewRootOverridesMasterAddrForEveryLauncher) {
   const auto info = detect({{"RANK", "0"},
                             {"WORLD_SIZE", "2"},
@@ -187,7 +257,7 @@ TEST(LaunchEnv, MissingVariablesAreNamed) {
   expect_usage({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"MASTER_PORT", "1"}},
                {"MASTER_ADDR"});
   expect_usage({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_LOCALID", "0"}},
-               {"ANVIEW_ROOT", "MASTER_ADDR", "slurm"});
+               {"ANVIEW_ROOT", "MASTER_ADDR", "SLURM_STEP_NODELIST", "slurm"});
   expect_usage({{"OMPI_COMM_WORLD_RANK", "0"}, {"ANVIEW_ROOT", "h:1"}},
                {"OMPI_COMM_WORLD_SIZE", "openmpi"});
   expect_usage({{"ANVIEW_RANK", "0"}, {"ANVIEW_ROOT", "h:1"}}, {"ANVIEW_WORLD_SIZE"});
