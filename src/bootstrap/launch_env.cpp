@@ -16,6 +16,7 @@ struct Launcher {
   const char* name;
   const char* rank;
   const char* world_size;
+  const char* step_world_size;  // when set, wins over world_size (nullptr: none)
   const char* local_rank;
   bool local_rank_optional;  // defaults to the rank when absent
   bool root_needs_anview;    // only ANVIEW_ROOT names the root (no MASTER_ADDR fallback)
@@ -27,6 +28,7 @@ constexpr Launcher launchers[] = {
     {.name = "anview",
      .rank = "ANVIEW_RANK",
      .world_size = "ANVIEW_WORLD_SIZE",
+     .step_world_size = nullptr,
      .local_rank = "ANVIEW_LOCAL_RANK",
      .local_rank_optional = true,
      .root_needs_anview = true,
@@ -34,6 +36,7 @@ constexpr Launcher launchers[] = {
     {.name = "torchrun",
      .rank = "RANK",
      .world_size = "WORLD_SIZE",
+     .step_world_size = nullptr,
      .local_rank = "LOCAL_RANK",
      .local_rank_optional = false,
      .root_needs_anview = false,
@@ -41,6 +44,7 @@ constexpr Launcher launchers[] = {
     {.name = "openmpi",
      .rank = "OMPI_COMM_WORLD_RANK",
      .world_size = "OMPI_COMM_WORLD_SIZE",
+     .step_world_size = nullptr,
      .local_rank = "OMPI_COMM_WORLD_LOCAL_RANK",
      .local_rank_optional = false,
      .root_needs_anview = false,
@@ -48,6 +52,9 @@ constexpr Launcher launchers[] = {
     {.name = "slurm",
      .rank = "SLURM_PROCID",
      .world_size = "SLURM_NTASKS",
+     // srun --preserve-env (salloc's interactive step among them) keeps the allocation's
+     // SLURM_NTASKS; the step's own count is the job's size.
+     .step_world_size = "SLURM_STEP_NUM_TASKS",
      .local_rank = "SLURM_LOCALID",
      .local_rank_optional = false,
      .root_needs_anview = false,
@@ -114,7 +121,8 @@ std::uint64_t parse_id(const Launcher& l, const char* name, const std::string& t
 // one. Only srun sets the step's list: a batch script's own process also has SLURM_PROCID=0
 // and the allocation's SLURM_NTASKS, and would wait for ranks nobody started.
 std::string slurm_root(const EnvLookup& getenv, const Launcher& l, int rank,
-                       const std::optional<std::string>& port, std::string* source) {
+                       const std::optional<std::string>& port, std::string* source,
+                       std::string* job_name) {
   const char* list_name = "SLURM_STEP_NODELIST";
   const auto list = lookup(getenv, list_name);
   if (!list)
@@ -125,20 +133,23 @@ std::string slurm_root(const EnvLookup& getenv, const Launcher& l, int rank,
           "ANVIEW_ROOT");
   const auto host = first_slurm_host(*list);
   if (!host) usage(l, std::string(list_name) + "='" + *list + "' is not a Slurm host list");
+  const auto job = lookup(getenv, "SLURM_JOB_ID");
+  const auto step = lookup(getenv, "SLURM_STEP_ID");
+  const std::uint64_t job_id = job ? parse_id(l, "SLURM_JOB_ID", *job) : 0;
+  const std::uint64_t step_id = step ? parse_id(l, "SLURM_STEP_ID", *step) : 0;
+  // Jobs that share the first node may find the same port: the name tells them apart.
+  if (job) *job_name = "slurm job " + std::to_string(job_id) + " step " + std::to_string(step_id);
   int p = 0;
   if (port) {
     p = parse_port(l, *port);
     *source = std::string("the first node of ") + list_name + ", the port from MASTER_PORT";
   } else {
-    const auto job = lookup(getenv, "SLURM_JOB_ID");
     if (!job)
       usage(l, std::string("SLURM_JOB_ID is not set: it chooses the root's port (on the first "
                            "node of ") +
                    list_name + "); or set MASTER_PORT, or ANVIEW_ROOT");
-    const auto step = lookup(getenv, "SLURM_STEP_ID");
     // 20000..29999, below Linux's ephemeral ports: consecutive jobs and steps differ.
-    p = 20000 + static_cast<int>(parse_id(l, "SLURM_JOB_ID", *job) % 1000 * 10 +
-                                 (step ? parse_id(l, "SLURM_STEP_ID", *step) % 10 : 0));
+    p = 20000 + static_cast<int>(job_id % 1000 * 10 + step_id % 10);
     *source = std::string("the first node of ") + list_name +
               ", the port from SLURM_JOB_ID and SLURM_STEP_ID";
   }
@@ -154,7 +165,8 @@ std::string slurm_root(const EnvLookup& getenv, const Launcher& l, int rank,
   return root;
 }
 
-std::string find_root(const EnvLookup& getenv, const Launcher& l, int rank, std::string* source) {
+std::string find_root(const EnvLookup& getenv, const Launcher& l, int rank, std::string* source,
+                      std::string* job) {
   if (auto root = lookup(getenv, "ANVIEW_ROOT")) {
     check_host_port(l, "ANVIEW_ROOT", *root);
     return *root;
@@ -173,7 +185,7 @@ std::string find_root(const EnvLookup& getenv, const Launcher& l, int rank, std:
               "anview.torch, which shares PyTorch's store");
   const auto addr = lookup(getenv, "MASTER_ADDR");
   const auto port = lookup(getenv, "MASTER_PORT");
-  if (!addr && l.root_from_nodelist) return slurm_root(getenv, l, rank, port, source);
+  if (!addr && l.root_from_nodelist) return slurm_root(getenv, l, rank, port, source, job);
   if (!addr && !port) usage(l, "ANVIEW_ROOT is not set, nor MASTER_ADDR and MASTER_PORT");
   if (!addr) usage(l, "MASTER_ADDR is not set (MASTER_PORT is)");
   if (!port) usage(l, "MASTER_PORT is not set (MASTER_ADDR is)");
@@ -191,20 +203,23 @@ LaunchInfo read_launcher(const EnvLookup& getenv, const Launcher& l, const std::
   LaunchInfo info;
   info.launcher = l.name;
   info.rank = parse_int(l, l.rank, rank);
-  info.world_size = parse_int(l, l.world_size, require(getenv, l, l.world_size));
+  const char* world_name = l.step_world_size != nullptr && lookup(getenv, l.step_world_size)
+                               ? l.step_world_size
+                               : l.world_size;
+  info.world_size = parse_int(l, world_name, require(getenv, l, world_name));
   if (info.world_size < 1)
-    usage(l, std::string(l.world_size) + "=" + std::to_string(info.world_size) +
+    usage(l, std::string(world_name) + "=" + std::to_string(info.world_size) +
                  " is not a world size (at least 1)");
   if (info.rank < 0 || info.rank >= info.world_size)
     usage(l, std::string(l.rank) + "=" + std::to_string(info.rank) + " is not in [0, " +
-                 l.world_size + "=" + std::to_string(info.world_size) + ")");
+                 world_name + "=" + std::to_string(info.world_size) + ")");
   const auto local = l.local_rank_optional ? lookup(getenv, l.local_rank)
                                            : std::optional(require(getenv, l, l.local_rank));
   info.local_rank = local ? parse_int(l, l.local_rank, *local) : info.rank;
   if (info.local_rank < 0 || info.local_rank >= info.world_size)
     usage(l, std::string(l.local_rank) + "=" + std::to_string(info.local_rank) + " is not in [0, " +
-                 l.world_size + "=" + std::to_string(info.world_size) + ")");
-  info.root = find_root(getenv, l, info.rank, &info.root_source);
+                 world_name + "=" + std::to_string(info.world_size) + ")");
+  info.root = find_root(getenv, l, info.rank, &info.root_source, &info.job);
   return info;
 }
 

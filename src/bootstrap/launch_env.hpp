@@ -15,7 +15,10 @@ struct LaunchInfo {
   int local_rank = 0;
   std::string root;         // "host:port" of the TCP store
   std::string root_source;  // how the root was found where no variable names it (else empty)
-  std::string launcher;     // "anview", "torchrun", "openmpi", "slurm"
+  // With a found root: the job it was found for ("slurm job 123 step 4"). Rank 0 puts it in the
+  // store; the others check it there before they write (another job may find the same root).
+  std::string job;
+  std::string launcher;  // "anview", "torchrun", "openmpi", "slurm"
 };
 
 // Reads variables through `getenv` (tests pass a map lookup). Tried in order:
@@ -24,7 +27,8 @@ struct LaunchInfo {
 //   torchrun — RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR + MASTER_PORT
 //   openmpi  — OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, root from ANVIEW_ROOT or
 //              MASTER_ADDR + MASTER_PORT
-//   slurm    — SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, root as for openmpi; without
+//   slurm    — SLURM_PROCID, SLURM_STEP_NUM_TASKS (else SLURM_NTASKS), SLURM_LOCALID, root
+//              as for openmpi; without
 //              ANVIEW_ROOT and MASTER_ADDR, the first node of SLURM_STEP_NODELIST (set by
 //              srun), where Slurm starts task 0, at MASTER_PORT or else at
 //              20000 + (SLURM_JOB_ID % 1000) * 10 + SLURM_STEP_ID % 10

@@ -189,19 +189,58 @@ Communicator Communicator::create(int rank, int size, Store store, CommunicatorO
       std::make_shared<detail::CommunicatorImpl>(rank, size, std::move(store), options));
 }
 
+namespace {
+
+// The store key where rank 0 of a job whose root was found (not named) says which job it is.
+constexpr const char* launch_job_key = "anview/launch/job";
+
+// Runs `f`; an Error it raises also says how a root that no variable named was found.
+template <typename F>
+auto naming_the_root(const bootstrap::LaunchInfo& launch, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (launch.root_source.empty()) throw;
+    ErrorContext context = e.context();
+    context.cause += " (the bootstrap store at " + launch.root + ": " + launch.root_source + ")";
+    throw Error(e.kind(), std::move(context));
+  }
+}
+
+}  // namespace
+
 Communicator Communicator::from_env(CommunicatorOptions options) {
   const auto launch = bootstrap::detect_launch();
   base::set_log_rank(launch.rank);
   StoreOptions store_options{.timeout = options.timeout, .rank = launch.rank};
-  if (launch.rank != 0)
-    return create(launch.rank, launch.world_size, Store::connect_tcp(launch.root, store_options),
-                  std::move(options));
+  if (launch.rank != 0) {
+    Store store =
+        naming_the_root(launch, [&] { return Store::connect_tcp(launch.root, store_options); });
+    // Another job may have found the same root (its ids gave the same port on a shared node):
+    // leave its store before writing anything there.
+    if (!launch.job.empty()) {
+      const std::string theirs =
+          naming_the_root(launch, [&] { return store.get_string(launch_job_key); });
+      if (theirs != launch.job)
+        throw Error(ErrorKind::usage,
+                    {.rank = launch.rank,
+                     .peer = 0,
+                     .peer_address = launch.root,
+                     .operation = "bootstrap.connect",
+                     .cause = "the bootstrap store at " + launch.root + " is " + theirs +
+                              "'s, not this " + launch.job + "'s (" + launch.root_source +
+                              "): two jobs found the same root; set MASTER_PORT, or ANVIEW_ROOT"});
+    }
+    return create(launch.rank, launch.world_size, std::move(store), std::move(options));
+  }
   if (!launch.root_source.empty())
     base::log("bootstrap", base::LogLevel::info, "serving the bootstrap store at ", launch.root,
               " (", launch.root_source, ")");
   const auto serve = bootstrap::store_serve_address(launch.root, launch.rank);
   if (!serve.why.empty()) base::log("bootstrap", base::LogLevel::info, serve.why);
-  Store store = Store::serve_tcp(serve.address, store_options);
+  Store store =
+      naming_the_root(launch, [&] { return Store::serve_tcp(serve.address, store_options); });
+  if (!launch.job.empty()) store.set(launch_job_key, launch.job);
   return create(launch.rank, launch.world_size, std::move(store), std::move(options));
 }
 

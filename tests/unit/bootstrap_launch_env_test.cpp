@@ -172,6 +172,7 @@ TEST(LaunchEnv, SlurmWithoutARootFindsRankZerosNodeInTheNodeList) {
           {"SLURM_STEP_ID", "2"}};
   auto info = detect(env);
   EXPECT_EQ(info.root, "gpu07:24562");  // 20000 + 456 * 10 + 2
+  EXPECT_EQ(info.job, "slurm job 123456 step 2");
   EXPECT_NE(info.root_source.find("SLURM_STEP_NODELIST"), std::string::npos) << info.root_source;
   EXPECT_NE(info.root_source.find("SLURM_JOB_ID"), std::string::npos) << info.root_source;
   env["MASTER_PORT"] = "29400";
@@ -180,9 +181,24 @@ TEST(LaunchEnv, SlurmWithoutARootFindsRankZerosNodeInTheNodeList) {
   info = detect(env);
   EXPECT_EQ(info.root, "head:29400");
   EXPECT_EQ(info.root_source, "");
+  EXPECT_EQ(info.job, "");  // a root the user named is the user's to keep apart
   env.erase("MASTER_ADDR");
   env["ANVIEW_ROOT"] = "chosen:1";
   EXPECT_EQ(detect(env).root, "chosen:1");
+}
+
+// srun --preserve-env (as salloc's interactive step) keeps the allocation's SLURM_NTASKS: the
+// step's own task count is the job's size, else rank 0 of one task waits for ranks never started.
+TEST(LaunchEnv, SlurmTheStepsTaskCountWinsOverTheAllocations) {
+  Env env{{"SLURM_PROCID", "0"},
+          {"SLURM_NTASKS", "16"},
+          {"SLURM_LOCALID", "0"},
+          {"ANVIEW_ROOT", "h:1"}};
+  EXPECT_EQ(detect(env).world_size, 16);
+  env["SLURM_STEP_NUM_TASKS"] = "1";
+  EXPECT_EQ(detect(env).world_size, 1);
+  env["SLURM_PROCID"] = "1";
+  expect_usage(env, {"SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=1"});
 }
 
 TEST(LaunchEnv, SlurmRankZeroOnAnotherNodeThanTheFirstIsToldToSetTheRoot) {
