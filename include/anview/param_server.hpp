@@ -88,6 +88,8 @@ class ParamClient {
   static ParamClient connect(std::vector<std::string> servers, ParamClientOptions options = {});
 
   // Aggregates `count` elements of `type` at `data` into `key` (step: see synchronous mode).
+  // Synchronous: one client is one worker, and a step of a key takes one push of each client; a
+  // second one (a retry after a lost reply) is refused with an error, not counted twice.
   void push(std::string_view key, const void* data, std::size_t count, DataType type,
             std::uint64_t step = 0);
   // The value of `key` after `step` (synchronous) or now, into `out` (`count` elements).

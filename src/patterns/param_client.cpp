@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "anview/param_server.hpp"
+#include "base/random.hpp"
 #include "base/timeouts.hpp"
 #include "patterns/connection.hpp"
 #include "patterns/param_protocol.hpp"
@@ -27,6 +28,8 @@ class ParamClientImpl {
     std::lock_guard lock(mu_);
     return ring_;
   }
+  // Names this client's pushes: a server counts one push of a step per pusher.
+  const std::string& pusher() const { return pusher_; }
 
  private:
   RpcClient& client(const std::string& address);
@@ -42,6 +45,7 @@ class ParamClientImpl {
   std::uint64_t announced_ = 1;
   HashRing ring_;
   std::map<std::string, RpcClient> clients_;
+  const std::string pusher_ = std::to_string(base::random_u64());
 };
 
 ParamClientImpl::ParamClientImpl(std::vector<std::string> servers, ParamClientOptions options)
@@ -166,7 +170,8 @@ void ParamClient::push(std::string_view key, const void* data, std::size_t count
   check_key(key);
   impl_->call_owner(
       key, param::push_method,
-      with_values(std::string(key) + "\n" + std::to_string(step) + "\n", data, count, type));
+      with_values(std::string(key) + "\n" + std::to_string(step) + "\n" + impl_->pusher() + "\n",
+                  data, count, type));
 }
 
 void ParamClient::pull(std::string_view key, void* out, std::size_t count, DataType type,

@@ -58,7 +58,15 @@ void accumulate(DataType t, std::vector<std::byte>& dst, const std::byte* src, i
 struct StepSum {
   std::vector<std::byte> sum;
   int count = 0;
+  // The clients whose pushes it holds (those that named themselves): a push repeated, as after
+  // a reply lost to a deadline, would otherwise count as another worker's and complete the step
+  // with a wrong sum.
+  std::vector<std::string> pushers;
 };
+
+bool has_pushed(const StepSum& s, std::string_view pusher) {
+  return std::find(s.pushers.begin(), s.pushers.end(), pusher) != s.pushers.end();
+}
 
 struct Key {
   DataType type = DataType::float32;
@@ -313,11 +321,17 @@ void ParamServerImpl::push(const Message& request, Responder reply) {
                                ")");
     StepSum& s = key.steps[*step];
     if (s.sum.empty()) s.sum.assign(key.value.size(), std::byte{0});
+    const std::string_view pusher = ls.size() >= 3 ? ls[2] : std::string_view();
+    if (!pusher.empty() && has_pushed(s, pusher))
+      throw std::runtime_error("step " + std::to_string(*step) + " of '" + name +
+                               "' holds this worker's push already: a push counts once (was it "
+                               "repeated after its reply was lost?)");
     if (s.count >= options_.workers)
       throw std::runtime_error("step " + std::to_string(*step) + " of '" + name +
                                "' has all its pushes already");
     accumulate(key.type, s.sum, data, 1);
     ++s.count;
+    if (!pusher.empty()) s.pushers.emplace_back(pusher);
     apply_ready(key);
   }
   answer_pulls(key);
@@ -450,8 +464,13 @@ void ParamServerImpl::hand_over(const std::string& name, const Key& key, const s
   for (const auto& id : key.adopted) ids += " " + id;
   std::string header = name + "\n" + std::string(name_of(key.type)) + "\n" +
                        std::to_string(key.applied) + "\n" + ids + "\n";
-  for (const auto& [step, sum] : key.steps)
-    header += std::to_string(step) + " " + std::to_string(sum.count) + "\n";
+  // "step count pusher,pusher,...": the pushers travel with the partial sum.
+  for (const auto& [step, sum] : key.steps) {
+    header += std::to_string(step) + " " + std::to_string(sum.count) + " ";
+    for (std::size_t i = 0; i < sum.pushers.size(); ++i)
+      header += (i == 0 ? "" : ",") + sum.pushers[i];
+    header += "\n";
+  }
   Message m(header);
   const auto count = static_cast<std::int64_t>(key.value.size() / size_of(key.type));
   m.add_tensor({.dtype = key.type, .shape = {count}, .data = key.value.data()});
@@ -518,6 +537,8 @@ void ParamServerImpl::absorb(const std::string& name, Key&& from) {
     if (s.sum.empty()) s.sum.assign(key.value.size(), std::byte{0});
     accumulate(key.type, s.sum, sum.sum.data(), 1);
     s.count += sum.count;
+    for (auto& pusher : sum.pushers)
+      if (!has_pushed(s, pusher)) s.pushers.push_back(std::move(pusher));
   }
   for (auto& id : from.adopted) {
     applied_.add(id);
@@ -561,10 +582,14 @@ Message ParamServerImpl::adopt(const Message& request) {
   const auto* bytes = static_cast<const std::byte*>(value.data);
   from.value.assign(bytes, bytes + value.bytes());
   for (std::size_t i = 4; i < ls.size(); ++i) {
-    const auto space = ls[i].find(' ');
-    const auto step = param::number(ls[i].substr(0, space));
-    const auto count =
-        space == std::string_view::npos ? std::nullopt : param::number(ls[i].substr(space + 1));
+    // "step count" and, since pushes name their worker, " pusher,pusher,...".
+    const std::string_view line = ls[i];
+    const auto space = line.find(' ');
+    const auto second = space == std::string_view::npos ? space : line.find(' ', space + 1);
+    const auto step = param::number(line.substr(0, space));
+    const auto count = space == std::string_view::npos
+                           ? std::nullopt
+                           : param::number(line.substr(space + 1, second - space - 1));
     const Tensor& sum = request.tensors()[i - 3];
     if (!step || !count || sum.bytes() != value.bytes() || from.steps.contains(*step))
       throw std::runtime_error("a malformed step in the handover of '" + name + "'");
@@ -572,6 +597,12 @@ Message ParamServerImpl::adopt(const Message& request) {
     const auto* partial = static_cast<const std::byte*>(sum.data);
     s.sum.assign(partial, partial + sum.bytes());
     s.count = static_cast<int>(*count);
+    if (second == std::string_view::npos) continue;
+    for (std::string_view rest = line.substr(second + 1); !rest.empty();) {
+      const auto comma = rest.find(',');
+      if (comma != 0) s.pushers.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
   }
   const std::string id = ids.front();
   std::rotate(ids.begin(), ids.begin() + 1, ids.end());  // the handover's own id last

@@ -170,6 +170,61 @@ TEST(ParamServer, MismatchedPushIsAnErrorNamingTheKey) {
   EXPECT_EQ(got[3], 4.0f);
 }
 
+// Expects `push` to be refused as a second push of its step by the same worker.
+template <typename F>
+void expect_refused_as_repeated(F push) {
+  try {
+    push();
+    ADD_FAILURE() << "a repeated push was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::remote);
+    EXPECT_NE(std::string(e.what()).find("holds this worker's push already"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A synchronous step counts pushes, not workers: a worker that pushed a step again (its first
+// reply lost to a deadline, say) took another worker's place, so the step was applied with
+// this worker's values twice and without the other's, whose push then failed. Now each client
+// names its pushes and a server refuses a second one of a step.
+TEST(ParamServer, APushRepeatedForAStepIsRefusedNotCountedTwice) {
+  ParamServer a = ParamServer::listen("127.0.0.1:0", {.synchronous = true, .workers = 2});
+  ParamClient w0 = ParamClient::connect({a.address()});
+  ParamClient w1 = ParamClient::connect({a.address()});
+  const float mine[2] = {1, 2}, theirs[2] = {10, 20};
+  w0.push("k", mine, 2, DataType::float32, 1);
+  expect_refused_as_repeated([&] { w0.push("k", mine, 2, DataType::float32, 1); });
+  w1.push("k", theirs, 2, DataType::float32, 1);
+  float got[2] = {0, 0};
+  w0.pull("k", got, 2, DataType::float32, 1);
+  EXPECT_EQ(got[0], 11.0f);
+  EXPECT_EQ(got[1], 22.0f);
+  w0.push("k", mine, 2, DataType::float32, 2);  // the next step is another push
+  w1.push("k", theirs, 2, DataType::float32, 2);
+  w1.pull("k", got, 2, DataType::float32, 2);
+  EXPECT_EQ(got[0], 22.0f);
+}
+
+// The same across a move: the step in progress is handed over with the workers it holds.
+TEST(ParamServer, APushRepeatedAfterItsKeyMovedIsRefusedToo) {
+  const ParamServerOptions options{.synchronous = true, .workers = 2};
+  ParamServer a = ParamServer::listen("127.0.0.1:0", options);
+  ParamServer b = ParamServer::listen("127.0.0.1:0", options);
+  ParamClient w0 = ParamClient::connect({a.address()});
+  ParamClient w1 = ParamClient::connect({a.address()});
+  const std::string name = key_owned_by(HashRing({a.address(), b.address()}), b.address());
+  const float mine[2] = {1, 2}, theirs[2] = {10, 20};
+  w0.push(name, mine, 2, DataType::float32, 1);  // on a
+  w0.add_server(b.address());                    // the key, its step in progress, go to b
+  ASSERT_EQ(b.keys(), 1u);
+  expect_refused_as_repeated([&] { w0.push(name, mine, 2, DataType::float32, 1); });
+  w1.push(name, theirs, 2, DataType::float32, 1);  // follows the move from a
+  float got[2] = {0, 0};
+  w1.pull(name, got, 2, DataType::float32, 1);
+  EXPECT_EQ(got[0], 11.0f);
+  EXPECT_EQ(got[1], 22.0f);
+}
+
 // A ring change whose handover to the new owner fails keeps the keys: the server that gave
 // them up hands them over again when the change is repeated. Before, they were gone for good
 // (the server had dropped them, and the repeated change was not newer). The joining server is
