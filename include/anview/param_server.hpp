@@ -56,7 +56,9 @@ enum class Aggregation : std::uint8_t { sum, average };
 
 struct ParamServerOptions {
   bool synchronous = false;
-  int workers = 1;  // pushes per step (synchronous) and the divisor of average
+  // The workers (ParamClients) whose pushes make a step (synchronous), and the divisor of
+  // average.
+  int workers = 1;
   Aggregation aggregation = Aggregation::sum;
   ServerOptions rpc{};
 };

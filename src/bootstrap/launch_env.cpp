@@ -124,6 +124,11 @@ std::string slurm_root(const EnvLookup& getenv, const Launcher& l, int rank,
                        const std::optional<std::string>& port, std::string* source,
                        std::string* job_name) {
   const char* list_name = "SLURM_STEP_NODELIST";
+  if (lookup(getenv, "SLURM_HET_SIZE") || lookup(getenv, "SLURM_PACK_SIZE"))
+    usage(l,
+          "ANVIEW_ROOT is not set, nor MASTER_ADDR: in a heterogeneous job (SLURM_HET_SIZE) each "
+          "component has a node list of its own, and rank 0's node cannot be told from this "
+          "one's; set MASTER_ADDR and MASTER_PORT, or ANVIEW_ROOT");
   const auto list = lookup(getenv, list_name);
   if (!list)
     usage(l,
@@ -203,9 +208,14 @@ LaunchInfo read_launcher(const EnvLookup& getenv, const Launcher& l, const std::
   LaunchInfo info;
   info.launcher = l.name;
   info.rank = parse_int(l, l.rank, rank);
-  const char* world_name = l.step_world_size != nullptr && lookup(getenv, l.step_world_size)
-                               ? l.step_world_size
-                               : l.world_size;
+  // A heterogeneous job: SLURM_NTASKS as before (what its components' SLURM_STEP_NUM_TASKS
+  // count is not relied on).
+  const bool heterogeneous = l.root_from_nodelist && (lookup(getenv, "SLURM_HET_SIZE") ||
+                                                      lookup(getenv, "SLURM_PACK_SIZE"));
+  const char* world_name =
+      l.step_world_size != nullptr && !heterogeneous && lookup(getenv, l.step_world_size)
+          ? l.step_world_size
+          : l.world_size;
   info.world_size = parse_int(l, world_name, require(getenv, l, world_name));
   if (info.world_size < 1)
     usage(l, std::string(world_name) + "=" + std::to_string(info.world_size) +

@@ -222,14 +222,15 @@ Communicator Communicator::from_env(CommunicatorOptions options) {
       const std::string theirs =
           naming_the_root(launch, [&] { return store.get_string(launch_job_key); });
       if (theirs != launch.job)
-        throw Error(ErrorKind::usage,
-                    {.rank = launch.rank,
-                     .peer = 0,
-                     .peer_address = launch.root,
-                     .operation = "bootstrap.connect",
-                     .cause = "the bootstrap store at " + launch.root + " is " + theirs +
-                              "'s, not this " + launch.job + "'s (" + launch.root_source +
-                              "): two jobs found the same root; set MASTER_PORT, or ANVIEW_ROOT"});
+        throw Error(
+            ErrorKind::usage,
+            {.rank = launch.rank,
+             .peer = 0,
+             .peer_address = launch.root,
+             .operation = "bootstrap.connect",
+             .cause = "the bootstrap store at " + launch.root + " is " + theirs + "'s, not this " +
+                      launch.job + "'s (" + launch.root_source +
+                      "): two jobs found the same root; set another MASTER_PORT, or ANVIEW_ROOT"});
     }
     return create(launch.rank, launch.world_size, std::move(store), std::move(options));
   }
@@ -240,7 +241,7 @@ Communicator Communicator::from_env(CommunicatorOptions options) {
   if (!serve.why.empty()) base::log("bootstrap", base::LogLevel::info, serve.why);
   Store store =
       naming_the_root(launch, [&] { return Store::serve_tcp(serve.address, store_options); });
-  if (!launch.job.empty()) store.set(launch_job_key, launch.job);
+  if (!launch.job.empty()) naming_the_root(launch, [&] { store.set(launch_job_key, launch.job); });
   return create(launch.rank, launch.world_size, std::move(store), std::move(options));
 }
 

@@ -322,6 +322,9 @@ void ParamServerImpl::push(const Message& request, Responder reply) {
     StepSum& s = key.steps[*step];
     if (s.sum.empty()) s.sum.assign(key.value.size(), std::byte{0});
     const std::string_view pusher = ls.size() >= 3 ? ls[2] : std::string_view();
+    if (!pusher.empty() && !param::number(pusher))  // it travels in a comma-separated list
+      throw std::runtime_error("a push names its worker with a number, not '" +
+                               std::string(pusher) + "'");
     if (!pusher.empty() && has_pushed(s, pusher))
       throw std::runtime_error("step " + std::to_string(*step) + " of '" + name +
                                "' holds this worker's push already: a push counts once (was it "
@@ -464,11 +467,12 @@ void ParamServerImpl::hand_over(const std::string& name, const Key& key, const s
   for (const auto& id : key.adopted) ids += " " + id;
   std::string header = name + "\n" + std::string(name_of(key.type)) + "\n" +
                        std::to_string(key.applied) + "\n" + ids + "\n";
-  // "step count pusher,pusher,...": the pushers travel with the partial sum.
+  // "step count pusher,pusher,...": the pushers travel with the partial sum (none: "step
+  // count", as before pushes named their worker).
   for (const auto& [step, sum] : key.steps) {
-    header += std::to_string(step) + " " + std::to_string(sum.count) + " ";
+    header += std::to_string(step) + " " + std::to_string(sum.count);
     for (std::size_t i = 0; i < sum.pushers.size(); ++i)
-      header += (i == 0 ? "" : ",") + sum.pushers[i];
+      header += (i == 0 ? " " : ",") + sum.pushers[i];
     header += "\n";
   }
   Message m(header);

@@ -201,6 +201,18 @@ TEST(LaunchEnv, SlurmTheStepsTaskCountWinsOverTheAllocations) {
   expect_usage(env, {"SLURM_PROCID=1", "SLURM_STEP_NUM_TASKS=1"});
 }
 
+TEST(LaunchEnv, SlurmHeterogeneousJobsKeepTheirTaskCountAndNeedARoot) {
+  Env env{{"SLURM_PROCID", "5"},         {"SLURM_NTASKS", "9"},   {"SLURM_LOCALID", "0"},
+          {"SLURM_STEP_NUM_TASKS", "1"}, {"SLURM_HET_SIZE", "2"}, {"SLURM_STEP_NODELIST", "gpu1"},
+          {"SLURM_JOB_ID", "12"}};
+  expect_usage(env, {"heterogeneous", "MASTER_ADDR", "ANVIEW_ROOT"});
+  env["MASTER_ADDR"] = "head";
+  env["MASTER_PORT"] = "29400";
+  const auto info = detect(env);
+  EXPECT_EQ(info.world_size, 9);
+  EXPECT_EQ(info.root, "head:29400");
+}
+
 TEST(LaunchEnv, SlurmRankZeroOnAnotherNodeThanTheFirstIsToldToSetTheRoot) {
   Env env{{"SLURM_PROCID", "0"},  {"SLURM_NTASKS", "2"},
           {"SLURM_LOCALID", "0"}, {"SLURM_STEP_NODELIST", "a[1-2]"},

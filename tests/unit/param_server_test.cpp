@@ -203,6 +203,11 @@ TEST(ParamServer, APushRepeatedForAStepIsRefusedNotCountedTwice) {
   w1.push("k", theirs, 2, DataType::float32, 2);
   w1.pull("k", got, 2, DataType::float32, 2);
   EXPECT_EQ(got[0], 22.0f);
+  // A worker's name travels in a comma-separated list: a push naming another is refused.
+  RpcClient raw = RpcClient::connect(a.address());
+  Message odd("k\n3\n1,2\n");
+  odd.add_tensor({.dtype = DataType::float32, .shape = {2}, .data = mine});
+  EXPECT_THROW(raw.call_sync(patterns::param::push_method, odd), Error);
 }
 
 // The same across a move: the step in progress is handed over with the workers it holds.
