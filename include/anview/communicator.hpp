@@ -168,7 +168,8 @@ class Communicator {
   // complete when the local buffer may be reused (put) or holds the bytes (get). Operations to
   // one peer are unordered until flush(peer) completes: then every earlier put is in place at
   // the target. A range outside the region is Error(usage) at the call; a key whose region
-  // is no longer registered fails the request (usage), and nothing is written.
+  // is no longer registered fails the request (usage), and nothing is written. Zero bytes
+  // complete at once without asking the owner (nothing moves either way).
   MemoryRegion register_memory(void* data, std::size_t bytes);
   // A new zeroed region of `bytes`, in shared memory that same-host peers map: their puts and
   // gets are then a plain copy, with no system call (like MPI_Win_allocate). The fastest
