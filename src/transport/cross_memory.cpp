@@ -70,7 +70,10 @@ void CrossMemoryAccess::copy(bool to_peer, char* local, std::uint64_t remote, st
                            .peer_address = "shm",
                            .operation = operation,
                            .cause = cross_memory_cause(err, to_peer, peer_, pid_, bytes)});
-  base::log("shm", base::LogLevel::error, error.what());
+  // A peer whose process is gone is logged once, by the link that fails with it: the caller
+  // fails it (one-sided operations), or the exit watch finds the death. Logged here as well,
+  // every put or get to a killed rank wrote the same line twice.
+  if (error.kind() != ErrorKind::peer_lost) base::log("shm", base::LogLevel::error, error.what());
   throw error;
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "base/clock.hpp"
 #include "base/progress_engine.hpp"
 #include "base/shared_segment.hpp"
+#include "transport/cross_memory.hpp"
 #include "transport/shm/handshake.hpp"
 #include "transport/shm/ring.hpp"
 #include "transport/shm/shm_transport.hpp"
@@ -587,6 +589,32 @@ TEST(ShmTransport, AClosedLinkKeepsTheRankFromSleeping) {
   EXPECT_LT(base::Clock::now() - start, std::chrono::seconds(2));
   for (int i = 0; i < 10 && ranks.sink(0).failures.count(1) == 0; ++i) ranks.engine(0).poll(0);
   ASSERT_EQ(ranks.sink(0).failures.count(1), 1u);
+}
+
+// A copy from a process that is gone is the peer's loss, logged by the link that fails with it;
+// the copy logged it too, so every put or get to a killed rank wrote the same line twice. A
+// copy that fails otherwise (a bad address) is logged where it fails.
+TEST(CrossMemoryAccess, APeerThatIsGoneIsLoggedByItsLinkOtherFailuresHere) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  char buffer[8] = {};
+  ::testing::internal::CaptureStderr();
+  try {
+    transport::CrossMemoryAccess(0, 1, child).read(0x10000, buffer, sizeof buffer, "get");
+    ADD_FAILURE() << "read from a process that is gone";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::peer_lost) << e.what();
+  }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  ::testing::internal::CaptureStderr();
+  try {
+    transport::CrossMemoryAccess(0, 1, ::getpid()).read(8, buffer, sizeof buffer, "get");
+    ADD_FAILURE() << "read from address 8";
+  } catch (const Error& e) {
+    EXPECT_NE(e.kind(), ErrorKind::peer_lost) << e.what();
+  }
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("process_vm_readv"), std::string::npos);
 }
 
 TEST(ShmTransport, PeersOnOtherHostsAreNotReachable) {
