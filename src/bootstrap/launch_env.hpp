@@ -27,10 +27,10 @@ struct LaunchInfo {
 //   torchrun — RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR + MASTER_PORT
 //   openmpi  — OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, root from ANVIEW_ROOT or
 //              MASTER_ADDR + MASTER_PORT
-//   slurm    — SLURM_PROCID, SLURM_STEP_NUM_TASKS (else SLURM_NTASKS), SLURM_LOCALID, root
-//              as for openmpi; without
-//              ANVIEW_ROOT and MASTER_ADDR, the first node of SLURM_STEP_NODELIST (set by
-//              srun), where Slurm starts task 0, at MASTER_PORT or else at
+//   slurm    — SLURM_PROCID, SLURM_STEP_NUM_TASKS (else, and in heterogeneous jobs,
+//              SLURM_NTASKS), SLURM_LOCALID, root as for openmpi; without ANVIEW_ROOT and
+//              MASTER_ADDR (not in heterogeneous jobs), the first node of SLURM_STEP_NODELIST
+//              (set by srun), where Slurm starts task 0, at MASTER_PORT or else at
 //              20000 + (SLURM_JOB_ID % 1000) * 10 + SLURM_STEP_ID % 10
 // A launcher is recognised by its rank variable. A missing or malformed piece raises a usage
 // Error naming the variable. With none recognised: a usage Error listing what was looked for.

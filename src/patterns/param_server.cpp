@@ -61,12 +61,8 @@ struct StepSum {
   // The clients whose pushes it holds (those that named themselves): a push repeated, as after
   // a reply lost to a deadline, would otherwise count as another worker's and complete the step
   // with a wrong sum.
-  std::vector<std::string> pushers;
+  std::unordered_set<std::string> pushers;
 };
-
-bool has_pushed(const StepSum& s, std::string_view pusher) {
-  return std::find(s.pushers.begin(), s.pushers.end(), pusher) != s.pushers.end();
-}
 
 struct Key {
   DataType type = DataType::float32;
@@ -298,6 +294,11 @@ void ParamServerImpl::push(const Message& request, Responder reply) {
   if (ls.size() < 2 || !step) throw std::runtime_error("a push needs a key and a step");
   const Tensor& t = values(request, "push");
   const std::string name(ls[0]);
+  // The worker that pushes (synchronous steps count one push each): a number, as it travels in
+  // a comma-separated list in handovers. Without one (an older client): not named.
+  const std::string pusher(ls.size() >= 3 ? ls[2] : std::string_view());
+  if (!pusher.empty() && !param::number(pusher))
+    throw std::runtime_error("a push names its worker with a number, not '" + pusher + "'");
   std::lock_guard lock(mu_);
   if (auto m = moved(name)) return reply.reply(*m);
   // Each asynchronous push is divided on its own: integers would be rounded down every time
@@ -321,11 +322,7 @@ void ParamServerImpl::push(const Message& request, Responder reply) {
                                ")");
     StepSum& s = key.steps[*step];
     if (s.sum.empty()) s.sum.assign(key.value.size(), std::byte{0});
-    const std::string_view pusher = ls.size() >= 3 ? ls[2] : std::string_view();
-    if (!pusher.empty() && !param::number(pusher))  // it travels in a comma-separated list
-      throw std::runtime_error("a push names its worker with a number, not '" +
-                               std::string(pusher) + "'");
-    if (!pusher.empty() && has_pushed(s, pusher))
+    if (!pusher.empty() && s.pushers.contains(pusher))
       throw std::runtime_error("step " + std::to_string(*step) + " of '" + name +
                                "' holds this worker's push already: a push counts once (was it "
                                "repeated after its reply was lost?)");
@@ -334,7 +331,7 @@ void ParamServerImpl::push(const Message& request, Responder reply) {
                                "' has all its pushes already");
     accumulate(key.type, s.sum, data, 1);
     ++s.count;
-    if (!pusher.empty()) s.pushers.emplace_back(pusher);
+    if (!pusher.empty()) s.pushers.insert(pusher);
     apply_ready(key);
   }
   answer_pulls(key);
@@ -471,8 +468,11 @@ void ParamServerImpl::hand_over(const std::string& name, const Key& key, const s
   // count", as before pushes named their worker).
   for (const auto& [step, sum] : key.steps) {
     header += std::to_string(step) + " " + std::to_string(sum.count);
-    for (std::size_t i = 0; i < sum.pushers.size(); ++i)
-      header += (i == 0 ? " " : ",") + sum.pushers[i];
+    bool first = true;
+    for (const auto& pusher : sum.pushers) {
+      header += (first ? " " : ",") + pusher;
+      first = false;
+    }
     header += "\n";
   }
   Message m(header);
@@ -541,8 +541,7 @@ void ParamServerImpl::absorb(const std::string& name, Key&& from) {
     if (s.sum.empty()) s.sum.assign(key.value.size(), std::byte{0});
     accumulate(key.type, s.sum, sum.sum.data(), 1);
     s.count += sum.count;
-    for (auto& pusher : sum.pushers)
-      if (!has_pushed(s, pusher)) s.pushers.push_back(std::move(pusher));
+    s.pushers.merge(sum.pushers);
   }
   for (auto& id : from.adopted) {
     applied_.add(id);
@@ -604,7 +603,7 @@ Message ParamServerImpl::adopt(const Message& request) {
     if (second == std::string_view::npos) continue;
     for (std::string_view rest = line.substr(second + 1); !rest.empty();) {
       const auto comma = rest.find(',');
-      if (comma != 0) s.pushers.emplace_back(rest.substr(0, comma));
+      if (comma != 0) s.pushers.emplace(std::string(rest.substr(0, comma)));
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     }
   }

@@ -46,7 +46,7 @@ class Slurm : public JobTest {
            "ANVIEW_TIMEOUT=20 ANVIEW_LOG_LEVEL=info SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 "
            "SLURM_JOB_ID=" +
            std::to_string(job) + " SLURM_STEP_ID=" + std::to_string(step) +
-           " SLURM_STEP_NODELIST='localhost,node[2-3]' SLURMD_NODENAME=localhost SLURM_PROCID=" +
+           " SLURM_STEP_NODELIST=\"localhost,node[2-3]\" SLURMD_NODENAME=localhost SLURM_PROCID=" +
            std::to_string(procid) + " SLURM_LOCALID=" + std::to_string(procid) + " \"" +
            ANVIEW_PERF_PATH + "\" pingpong -b 8 -e 64 -f 8 -n 10 -w 1 --check >\"" + out.string() +
            "\" 2>&1";
