@@ -78,9 +78,10 @@ std::string require(const EnvLookup& getenv, const Launcher& l, const char* name
   return *v;
 }
 
-// Strict: decimal digits with an optional '-', nothing else, within int.
-int parse_int(const Launcher& l, const char* name, const std::string& text) {
-  int value = 0;
+// Strict: decimal digits (with an optional '-' where T is signed), nothing else, within T.
+template <typename T>
+T parse_integer(const Launcher& l, const char* name, const std::string& text) {
+  T value = 0;
   const char* first = text.data();
   const char* last = first + text.size();
   const auto [ptr, ec] = std::from_chars(first, last, value);
@@ -89,6 +90,11 @@ int parse_int(const Launcher& l, const char* name, const std::string& text) {
   if (ec != std::errc() || ptr != last || first == last)
     usage(l, std::string(name) + "='" + text + "' is not an integer");
   return value;
+}
+
+// A heterogeneous Slurm job (SLURM_PACK_SIZE before Slurm 20.02).
+bool slurm_heterogeneous(const EnvLookup& getenv) {
+  return lookup(getenv, "SLURM_HET_SIZE") || lookup(getenv, "SLURM_PACK_SIZE");
 }
 
 // Checks "host:port" / "[v6]:port" without resolving the host.
@@ -102,17 +108,9 @@ void check_host_port(const Launcher& l, const char* name, const std::string& tex
 }
 
 int parse_port(const Launcher& l, const std::string& text) {
-  const int p = parse_int(l, "MASTER_PORT", text);
+  const int p = parse_integer<int>(l, "MASTER_PORT", text);
   if (p < 1 || p > 65535) usage(l, "MASTER_PORT=" + text + " is not a port (1..65535)");
   return p;
-}
-
-std::uint64_t parse_id(const Launcher& l, const char* name, const std::string& text) {
-  std::uint64_t value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size())
-    usage(l, std::string(name) + "='" + text + "' is not a number");
-  return value;
 }
 
 // Under srun with neither ANVIEW_ROOT nor MASTER_ADDR: Slurm starts task 0 on the first node of
@@ -124,7 +122,7 @@ std::string slurm_root(const EnvLookup& getenv, const Launcher& l, int rank,
                        const std::optional<std::string>& port, std::string* source,
                        std::string* job_name) {
   const char* list_name = "SLURM_STEP_NODELIST";
-  if (lookup(getenv, "SLURM_HET_SIZE") || lookup(getenv, "SLURM_PACK_SIZE"))
+  if (slurm_heterogeneous(getenv))
     usage(l,
           "ANVIEW_ROOT is not set, nor MASTER_ADDR: in a heterogeneous job (SLURM_HET_SIZE) each "
           "component has a node list of its own, and rank 0's node cannot be told from this "
@@ -140,8 +138,8 @@ std::string slurm_root(const EnvLookup& getenv, const Launcher& l, int rank,
   if (!host) usage(l, std::string(list_name) + "='" + *list + "' is not a Slurm host list");
   const auto job = lookup(getenv, "SLURM_JOB_ID");
   const auto step = lookup(getenv, "SLURM_STEP_ID");
-  const std::uint64_t job_id = job ? parse_id(l, "SLURM_JOB_ID", *job) : 0;
-  const std::uint64_t step_id = step ? parse_id(l, "SLURM_STEP_ID", *step) : 0;
+  const std::uint64_t job_id = job ? parse_integer<std::uint64_t>(l, "SLURM_JOB_ID", *job) : 0;
+  const std::uint64_t step_id = step ? parse_integer<std::uint64_t>(l, "SLURM_STEP_ID", *step) : 0;
   // Jobs that share the first node may find the same port: the name tells them apart.
   if (job) *job_name = "slurm job " + std::to_string(job_id) + " step " + std::to_string(step_id);
   int p = 0;
@@ -207,16 +205,15 @@ std::string find_root(const EnvLookup& getenv, const Launcher& l, int rank, std:
 LaunchInfo read_launcher(const EnvLookup& getenv, const Launcher& l, const std::string& rank) {
   LaunchInfo info;
   info.launcher = l.name;
-  info.rank = parse_int(l, l.rank, rank);
+  info.rank = parse_integer<int>(l, l.rank, rank);
   // A heterogeneous job: SLURM_NTASKS as before (what its components' SLURM_STEP_NUM_TASKS
   // count is not relied on).
-  const bool heterogeneous = l.root_from_nodelist && (lookup(getenv, "SLURM_HET_SIZE") ||
-                                                      lookup(getenv, "SLURM_PACK_SIZE"));
+  const bool heterogeneous = l.root_from_nodelist && slurm_heterogeneous(getenv);
   const char* world_name =
       l.step_world_size != nullptr && !heterogeneous && lookup(getenv, l.step_world_size)
           ? l.step_world_size
           : l.world_size;
-  info.world_size = parse_int(l, world_name, require(getenv, l, world_name));
+  info.world_size = parse_integer<int>(l, world_name, require(getenv, l, world_name));
   if (info.world_size < 1)
     usage(l, std::string(world_name) + "=" + std::to_string(info.world_size) +
                  " is not a world size (at least 1)");
@@ -225,7 +222,7 @@ LaunchInfo read_launcher(const EnvLookup& getenv, const Launcher& l, const std::
                  world_name + "=" + std::to_string(info.world_size) + ")");
   const auto local = l.local_rank_optional ? lookup(getenv, l.local_rank)
                                            : std::optional(require(getenv, l, l.local_rank));
-  info.local_rank = local ? parse_int(l, l.local_rank, *local) : info.rank;
+  info.local_rank = local ? parse_integer<int>(l, l.local_rank, *local) : info.rank;
   if (info.local_rank < 0 || info.local_rank >= info.world_size)
     usage(l, std::string(l.local_rank) + "=" + std::to_string(info.local_rank) + " is not in [0, " +
                  world_name + "=" + std::to_string(info.world_size) + ")");
