@@ -13,7 +13,9 @@ ratios as well as the medians of each side.
 --paired --transports shm: the same for shared memory, against UCX posix (tag_lat, tag_bw),
 Open MPI's vader BTL (16 MiB ping-pong bandwidth, ../shared/peers/mpi_bench.c) and one-thread
 memcpy of 16 MiB (../shared/peers/memcpy_bench.c); the peers' programs are built into
-/tmp/anview-peer-bin on first use.
+/tmp/anview-peer-bin on first use. The 16 MiB cases run twice: with Anview's payloads on the
+heap, as the peers' are, and in anview::HostBuffers (anview-perf --huge-pages), next to the
+same peer figures.
 
   scripts/bench_p2p.py [--build build] [--reps 3] [--transports tcp] [--sections "net ucx"]
   scripts/bench_p2p.py --paired [--reps 7] [--transports shm]
@@ -109,7 +111,7 @@ def memcpy_rate(size):
 
 
 def paired_shm(a):
-    pairs = {k: [] for k in ("lat", "bw1", "bw16", "pp16", "memcpy")}
+    pairs = {k: [] for k in ("lat", "bw1", "bw16", "pp16", "memcpy", "bw16h", "memcpyh", "pp16h")}
     for _ in range(a.reps):
         mine = anview(a.build, "shm", "pingpong", ["-b", "8", "-e", "8", "-n", "100000"])[0]
         pairs["lat"].append((mine["lat_us_p50"],
@@ -122,11 +124,24 @@ def paired_shm(a):
         pairs["memcpy"].append((bw16, memcpy_rate(16 << 20)))
         mine = anview(a.build, "shm", "pingpong", ["-b", "16M", "-e", "16M", "-n", "100"])[0]
         pairs["pp16"].append((mine["bw_gbs"], ompi_vader_pingpong(16 << 20)))
+        # The same with Anview's payloads in anview::HostBuffers (2 MiB pages), next to the
+        # peers' figures of this repeat (their own buffers: malloc).
+        huge = anview(a.build, "shm", "bw", ["-b", "16M", "-e", "16M", "--huge-pages"])[0]
+        pairs["bw16h"].append((huge["bw_gbs"], pairs["bw16"][-1][1]))
+        pairs["memcpyh"].append((huge["bw_gbs"], pairs["memcpy"][-1][1]))
+        huge = anview(a.build, "shm", "pingpong",
+                      ["-b", "16M", "-e", "16M", "-n", "100", "--huge-pages"])[0]
+        pairs["pp16h"].append((huge["bw_gbs"], pairs["pp16"][-1][1]))
     names = {"lat": ("8 B one-way latency p50 (us), lower is better", "UCX posix tag_lat"),
              "bw1": ("1 MiB streaming bandwidth (GB/s)", "UCX posix tag_bw"),
              "bw16": ("16 MiB streaming bandwidth (GB/s)", "UCX posix tag_bw"),
              "memcpy": ("16 MiB streaming bandwidth (GB/s)", "memcpy 16 MiB, 1 thread"),
-             "pp16": ("16 MiB ping-pong bandwidth (GB/s)", "Open MPI vader pingpong")}
+             "pp16": ("16 MiB ping-pong bandwidth (GB/s)", "Open MPI vader pingpong"),
+             "bw16h": ("16 MiB streaming bandwidth, --huge-pages (GB/s)", "UCX posix tag_bw"),
+             "memcpyh": ("16 MiB streaming bandwidth, --huge-pages (GB/s)",
+                         "memcpy 16 MiB, 1 thread"),
+             "pp16h": ("16 MiB ping-pong bandwidth, --huge-pages (GB/s)",
+                       "Open MPI vader pingpong")}
     print(f"anview (shm) next to its peers, {a.reps} pairs\n")
     print("| metric | anview median [min-max] | peer | peer median [min-max] | ratio anview/peer: median of pairs [min-max] |")
     print("|---|---|---|---|---|")

@@ -4,6 +4,7 @@
 #include "anview/collectives.hpp"
 #include "anview/communicator.hpp"
 #include "anview/error.hpp"
+#include "anview/host_buffer.hpp"
 #include "anview/memory.hpp"
 #include "anview/message.hpp"
 #include "anview/metrics.hpp"

@@ -14,6 +14,9 @@ C-contiguous, used in place. The element type comes from the buffer (dtype="bflo
 2-byte elements as bfloat16). Timeouts are in seconds. Failures raise anview.Error, a
 RuntimeError with kind, rank, peer, operation and cause.
 
+Large buffers moved between ranks of one host go about twice as fast in anview.HostBuffer
+memory (2 MiB pages): `np.frombuffer(anview.HostBuffer(n), np.float32)` is a writable view.
+
 `import anview.torch` registers the PyTorch distributed backend "anview".
 """
 
@@ -22,6 +25,7 @@ from ._anview import (  # noqa: F401  (re-exported)
     ANY_TAG,
     Communicator,
     Error,
+    HostBuffer,
     Request,
     Status,
     Store,
@@ -30,5 +34,5 @@ from ._anview import (  # noqa: F401  (re-exported)
     metrics_prometheus,
 )
 
-__all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "Error", "Request", "Status", "Store",
-           "metrics_json", "metrics_prometheus"]
+__all__ = ["ANY_SOURCE", "ANY_TAG", "Communicator", "Error", "HostBuffer", "Request", "Status",
+           "Store", "metrics_json", "metrics_prometheus"]

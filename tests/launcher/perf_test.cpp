@@ -146,4 +146,23 @@ TEST_F(PerfTest, JsonShowsNoProgressBarEvenOnATerminal) {
   EXPECT_EQ(shown.out.front(), '{') << shown.out;
 }
 
+// Payloads in anview::HostBuffers (2 MiB pages), over shared memory with cross-memory attach
+// for the large ones: every payload is checked.
+TEST_F(PerfTest, HugePageBuffersCarryCheckedPayloads) {
+  for (const char* args : {"bw -b 1 -e 4M -f 64 -n 8 -w 1", "pingpong -b 1 -e 4M -f 64 -n 4 -w 1",
+                           "allreduce -b 8 -e 4M -f 64 -n 3 -w 1"}) {
+    const Result r = run(perf(std::string(args) + " --check --huge-pages --json"));
+    ASSERT_EQ(r.exit_code, 0) << args << "\n" << r.out << r.err;
+    auto count = [&](const std::string& text) {
+      int n = 0;
+      for (std::size_t at = r.out.find(text); at != std::string::npos;
+           at = r.out.find(text, at + 1))
+        ++n;
+      return n;
+    };
+    EXPECT_GE(count("\"huge_pages\":true"), 4) << args << "\n" << r.out;
+    EXPECT_EQ(count("\"huge_pages\":true"), count("\"wrong\":0}")) << args << "\n" << r.out;
+  }
+}
+
 }  // namespace

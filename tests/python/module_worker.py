@@ -131,6 +131,15 @@ def point_to_point(comm):
         st = r.wait(timeout=20)
         assert (st.source, st.tag, st.bytes) == (left, 3, 4 * count), st
         close(inp, data(left, count, np.float32), f"ring {count}")
+    # Large messages between anview.HostBuffers (2 MiB pages), viewed through numpy.
+    count = 3 * (1 << 20) + 1
+    out = np.frombuffer(anview.HostBuffer(4 * count), np.float32)
+    inp = np.frombuffer(anview.HostBuffer(4 * count), np.float32)
+    out[:] = data(rank, count, np.float32)
+    r = comm.irecv(inp, source=left, tag=4)
+    comm.send(out, right, tag=4)
+    assert r.wait(timeout=20).bytes == 4 * count
+    close(inp, data(left, count, np.float32), "ring between host buffers")
     if rank == 0:
         for _ in range(n - 1):
             buf = bytearray(32)

@@ -38,4 +38,20 @@ def test_errors_carry_the_context(tmp_path):
 
 def test_nothing_leaks_into_the_package_namespace():
     assert anview.__version__
-    assert set(anview.__all__) >= {"Communicator", "Error", "Request", "Status", "Store"}
+    assert set(anview.__all__) >= {"Communicator", "Error", "HostBuffer", "Request", "Status",
+                                   "Store"}
+
+
+def test_a_host_buffer_is_zeroed_writable_memory_numpy_can_view():
+    policy = anview.HostBuffer.huge_page_policy()
+    assert policy in ("always", "madvise", "never", "unavailable"), policy
+    buf = anview.HostBuffer(3 * (1 << 20) + 4)
+    assert len(buf) == buf.nbytes == 3 * (1 << 20) + 4
+    assert buf.huge_pages == (policy in ("always", "madvise"))
+    view = np.frombuffer(buf, np.float32)
+    assert view.size == buf.nbytes // 4 and not view.any()
+    view[:] = 2.5
+    del buf  # the view keeps the memory
+    assert (view == 2.5).all() and view.flags.writeable
+    empty = anview.HostBuffer(0)
+    assert len(empty) == 0 and np.frombuffer(empty, np.uint8).size == 0

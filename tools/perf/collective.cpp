@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "buffer.hpp"
 #include "check.hpp"
 #include "sweep.hpp"
 
@@ -44,7 +45,8 @@ Sample measure(anview::Communicator& comm, const CollectiveOptions& o, std::size
   // nccl-tests: the size is the largest buffer; per-rank blocks for the gathering kinds.
   const std::size_t count = per_rank ? bytes / esize / static_cast<std::size_t>(n) : bytes / esize;
   const std::size_t total = per_rank ? count * static_cast<std::size_t>(n) : count;
-  std::vector<char> send(std::max<std::size_t>(total * esize, 1)), recv(send.size());
+  Buffer<char> send(std::max<std::size_t>(total * esize, 1), o.huge_pages),
+      recv(send.size(), o.huge_pages);
   const CheckCase check{.op = o.op,
                         .type = o.type,
                         .redop = o.redop,
@@ -192,7 +194,8 @@ long run_collective(anview::Communicator& comm, const CollectiveOptions& o, Prog
                          {"algbw_gbs", algbw},
                          {"busbw_gbs", busbw},
                          {"wrong", s.wrong},
-                         {"check", o.check}};
+                         {"check", o.check},
+                         {"huge_pages", o.huge_pages}};
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf("%12zu %12zu %8s %6s %5d %20s %12.2f %10.3f %10.3f %7ld\n", bytes, s.count,

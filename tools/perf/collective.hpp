@@ -22,7 +22,8 @@ struct CollectiveOptions {
   anview::ReduceOp redop = anview::ReduceOp::sum;
   int root = 0;
   bool check = false;
-  bool in_place = false;  // allreduce and allgather: the receive buffer is the send buffer
+  bool in_place = false;    // allreduce and allgather: the receive buffer is the send buffer
+  bool huge_pages = false;  // the buffers are anview::HostBuffers
   bool json = false;
 };
 

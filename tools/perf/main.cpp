@@ -30,9 +30,10 @@
 #include "anview/anview.hpp"
 #include "base/config.hpp"
 #include "base/ticks.hpp"
+#include "buffer.hpp"
 #include "collective.hpp"
-#include "plot.hpp"
 #include "one_sided.hpp"
+#include "plot.hpp"
 #include "progress.hpp"
 #include "pubsub.hpp"
 #include "rpc.hpp"
@@ -53,6 +54,7 @@ struct Options {
   bool check = false;
   bool in_place = false;
   bool user_memory = false;  // put, get: rank 1 registers its own memory (not allocate_memory)
+  bool huge_pages = false;   // payloads (all but rpc, pubsub) in anview::HostBuffers
   std::string algo;
   bool json = false;
   std::string dtype = "float32";
@@ -89,12 +91,12 @@ long auto_iters(std::size_t bytes, const Options& o) {
 }
 
 // The payload pattern of iteration `i`; the receiver checks it with --check.
-void fill(std::vector<unsigned char>& buf, std::size_t bytes, long i) {
+void fill(perf::Buffer<unsigned char>& buf, std::size_t bytes, long i) {
   for (std::size_t k = 0; k < bytes; ++k)
     buf[k] = static_cast<unsigned char>((k * 131 + static_cast<std::size_t>(i) * 7 + 1) & 0xff);
 }
 
-bool verify(const std::vector<unsigned char>& buf, std::size_t bytes, long i) {
+bool verify(const perf::Buffer<unsigned char>& buf, std::size_t bytes, long i) {
   for (std::size_t k = 0; k < bytes; ++k)
     if (buf[k] !=
         static_cast<unsigned char>((k * 131 + static_cast<std::size_t>(i) * 7 + 1) & 0xff))
@@ -123,7 +125,8 @@ double percentile(std::vector<double>& v, double p) {
 Result pingpong(anview::Communicator& comm, std::size_t bytes, const Options& o) {
   const long iters = auto_iters(bytes, o);
   const long warmup = o.warmup >= 0 ? o.warmup : std::min<long>(iters / 10 + 2, 1000);
-  std::vector<unsigned char> sbuf(std::max<std::size_t>(bytes, 1)), rbuf(sbuf.size());
+  perf::Buffer<unsigned char> sbuf(std::max<std::size_t>(bytes, 1), o.huge_pages),
+      rbuf(sbuf.size(), o.huge_pages);
   const int peer = 1 - comm.rank();
   std::vector<double> samples;
   samples.reserve(static_cast<std::size_t>(iters));
@@ -166,10 +169,10 @@ Result bandwidth(anview::Communicator& comm, std::size_t bytes, const Options& o
   const long warmup = o.warmup >= 0 ? o.warmup : window;
   // Like ucx_perftest tag_bw and osu_bw, every slot of the window uses the same buffer, so
   // the figure is the transport's, not the memory system's; --check needs one per slot.
-  std::vector<std::vector<unsigned char>> bufs(
-      static_cast<std::size_t>(o.check ? window : 1),
-      std::vector<unsigned char>(std::max<std::size_t>(bytes, 1)));
-  auto slot = [&](int w) -> std::vector<unsigned char>& {
+  std::vector<perf::Buffer<unsigned char>> bufs;
+  for (int w = 0; w < (o.check ? window : 1); ++w)
+    bufs.emplace_back(std::max<std::size_t>(bytes, 1), o.huge_pages);
+  auto slot = [&](int w) -> perf::Buffer<unsigned char>& {
     return bufs[o.check ? static_cast<std::size_t>(w) : 0];
   };
   const int peer = 1 - comm.rank();
@@ -226,7 +229,8 @@ Result one_sided(anview::Communicator& comm, std::size_t bytes, const Options& o
                                     .window = window,
                                     .iters = iters,
                                     .warmup = warmup,
-                                    .check = o.check},
+                                    .check = o.check,
+                                    .huge_pages = o.huge_pages},
                                    target, region);
   Result r{.bytes = bytes, .iters = iters, .wrong = m.wrong};
   if (comm.rank() != 0) return r;
@@ -237,8 +241,8 @@ Result one_sided(anview::Communicator& comm, std::size_t bytes, const Options& o
   return r;
 }
 
-// pingpong, bw, put or get between ranks 0 and 1 (other ranks idle); rank 0 prints, shows `progress` and
-// appends each result line to `points`. Returns the number of wrong payloads.
+// pingpong, bw, put or get between ranks 0 and 1 (other ranks idle); rank 0 prints, shows
+// `progress` and appends each result line to `points`. Returns the number of wrong payloads.
 long run_point_to_point(anview::Communicator& comm, const Options& o, std::size_t min_bytes,
                         std::size_t max_bytes, perf::Progress& progress,
                         std::vector<perf::PlotPoint>& points) {
@@ -256,9 +260,9 @@ long run_point_to_point(anview::Communicator& comm, const Options& o, std::size_
   const bool rma = o.op == "put" || o.op == "get";
   // Allocated by Anview (shared memory peers on this host map), as ucx_perftest allocates
   // its; --user-memory registers a plain vector instead.
-  std::vector<unsigned char> user(rma && o.user_memory && comm.rank() == 1
-                                      ? std::max<std::size_t>(max_bytes, 1)
-                                      : 0);
+  perf::Buffer<unsigned char> user(
+      rma && o.user_memory && comm.rank() == 1 ? std::max<std::size_t>(max_bytes, 1) : 0,
+      o.huge_pages);
   anview::MemoryRegion registered;
   anview::RemoteKey target;
   if (rma) {
@@ -278,9 +282,9 @@ long run_point_to_point(anview::Communicator& comm, const Options& o, std::size_
     const std::size_t bytes = sizes[i];
     progress.measuring(i, bytes);
     Result r = o.op == "pingpong" ? pingpong(comm, bytes, o)
-               : o.op == "bw"       ? bandwidth(comm, bytes, o)
-                                    : one_sided(comm, bytes, o, target,
-                                                static_cast<unsigned char*>(registered.data()));
+               : o.op == "bw"     ? bandwidth(comm, bytes, o)
+                                  : one_sided(comm, bytes, o, target,
+                                              static_cast<unsigned char*>(registered.data()));
     // The receiver counts bad payloads; rank 0 reports them.
     long wrong = r.wrong;
     if (comm.rank() == 1)
@@ -295,10 +299,17 @@ long run_point_to_point(anview::Communicator& comm, const Options& o, std::size_
       progress.clear();
       points.push_back({.op = o.op, .bytes = bytes, .bandwidth_gbs = r.gbs, .latency_us = r.p50});
       if (o.json) {
-        nlohmann::json j{{"op", o.op},          {"bytes", bytes},      {"transport", transport},
-                         {"iters", r.iters},    {"lat_us_p50", r.p50}, {"lat_us_p99", r.p99},
-                         {"lat_us_avg", r.avg}, {"bw_gbs", r.gbs},     {"wrong", wrong},
-                         {"check", o.check}};
+        nlohmann::json j{{"op", o.op},
+                         {"bytes", bytes},
+                         {"transport", transport},
+                         {"iters", r.iters},
+                         {"lat_us_p50", r.p50},
+                         {"lat_us_p99", r.p99},
+                         {"lat_us_avg", r.avg},
+                         {"bw_gbs", r.gbs},
+                         {"wrong", wrong},
+                         {"check", o.check},
+                         {"huge_pages", o.huge_pages}};
         std::printf("%s\n", j.dump().c_str());
       } else {
         std::printf("%12s %10ld %12.2f %12.2f %12.2f %10.3f %8ld\n",
@@ -333,13 +344,13 @@ bool plot_path_usable(anview::Communicator& comm, const std::string& path) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"anview-perf: point-to-point latency and bandwidth between rank 0 and rank 1"};
-  app.add_option(
-         "op", o.op,
-         "pingpong, bw, put, get, rpc, pubsub, a collective (allreduce, broadcast, reduce, allgather, "
-         "reduce_scatter, alltoall, barrier), or all (every collective in turn)")
+  app.add_option("op", o.op,
+                 "pingpong, bw, put, get, rpc, pubsub, a collective (allreduce, broadcast, reduce, "
+                 "allgather, reduce_scatter, alltoall, barrier), or all (every collective in turn)")
       ->required()
-      ->check(CLI::IsMember({"pingpong", "bw", "put", "get", "rpc", "pubsub", "allreduce", "broadcast", "reduce",
-                             "allgather", "reduce_scatter", "alltoall", "barrier", "all"}));
+      ->check(
+          CLI::IsMember({"pingpong", "bw", "put", "get", "rpc", "pubsub", "allreduce", "broadcast",
+                         "reduce", "allgather", "reduce_scatter", "alltoall", "barrier", "all"}));
   app.add_option("-a,--algo", o.algo,
                  "collectives: force this algorithm for the collective (sets ANVIEW_ALGO)");
   app.add_option("-d,--dtype", o.dtype, "collectives: element type (float32, int32, ...)");
@@ -350,12 +361,14 @@ int main(int argc, char** argv) {
   app.add_option("-f,--factor", o.factor, "size step factor")->check(CLI::PositiveNumber);
   app.add_option("-n,--iters", o.iters, "iterations per size (default: automatic)");
   app.add_option("-w,--warmup", o.warmup, "warm-up iterations per size (default: automatic)");
-  app.add_option("--window", o.window,
-                 "bw, put, get: operations in flight (default: automatic)");
+  app.add_option("--window", o.window, "bw, put, get: operations in flight (default: automatic)");
   app.add_flag("--check", o.check, "fill and verify every payload");
   app.add_flag("--user-memory", o.user_memory,
                "put, get: the target registers a buffer of its own (register_memory) instead of "
                "allocate_memory's shared memory");
+  app.add_flag("--huge-pages", o.huge_pages,
+               "pingpong, bw, put, get, collectives: payload buffers from anview::HostBuffer "
+               "(2 MiB pages where the kernel allows) instead of the heap");
   app.add_flag("--json", o.json, "rank 0 prints one JSON object per size");
   app.add_flag("--inplace", o.in_place, "allreduce, allgather: receive into the send buffer");
   app.add_option("--plot", o.plot,
@@ -434,6 +447,7 @@ int main(int argc, char** argv) {
                                 .root = o.root,
                                 .check = o.check,
                                 .in_place = o.in_place,
+                                .huge_pages = o.huge_pages,
                                 .json = o.json};
       const auto type = anview::data_type_named(o.dtype);
       const auto redop = anview::reduce_op_named(o.redop);

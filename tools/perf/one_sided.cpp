@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "buffer.hpp"
+
 namespace perf {
 namespace {
 
@@ -40,7 +42,7 @@ OneSidedResult measure_one_sided(anview::Communicator& comm, const OneSidedRun& 
         }
     return result;
   }
-  std::vector<unsigned char> local(std::max<std::size_t>(bytes, 1));
+  Buffer<unsigned char> local(std::max<std::size_t>(bytes, 1), run.huge_pages);
   comm.recv(&token, 1, 1, done_tag);
   std::vector<anview::Request> ops;
   ops.reserve(static_cast<std::size_t>(window));

@@ -19,6 +19,7 @@ struct OneSidedRun {
   long iters = 0;  // a multiple of the window
   long warmup = 0;
   bool check = false;
+  bool huge_pages = false;  // the initiator's buffer is an anview::HostBuffer
 };
 
 struct OneSidedResult {
