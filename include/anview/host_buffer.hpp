@@ -10,7 +10,8 @@
 // twice as fast as between malloc'd buffers (README, Performance). Recent PyTorch releases can
 // give CPU tensors of 2 MiB and more the same pages (C10_THP_MEM_ALLOC_ENABLE=1, earlier
 // THP_MEM_ALLOC_ENABLE=1; Debian 12's PyTorch 1.13 has neither); from Python,
-// numpy.frombuffer(anview.HostBuffer(n), dtype) views one.
+// numpy.frombuffer(anview.HostBuffer(n), dtype) views one. Without code changes,
+// GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc 2.35+) has malloc ask for them everywhere.
 //
 // Each buffer takes whole 2 MiB pages: meant for buffers of a megabyte and more, not for many
 // small ones. Where the kernel's policy is "never" (huge_page_policy()), or a 2 MiB page is

@@ -170,8 +170,9 @@ json transports_here() {
     if (p.name == "shm" && p.usable) {
       const std::string policy = anview::HostBuffer::huge_page_policy();
       p.notes.push_back(
-          "large messages copy about twice as fast between buffers of 2 MiB pages "
-          "(anview::HostBuffer, anview-perf --huge-pages); transparent huge pages here: " +
+          "large messages copy about twice as fast between buffers in 2 MiB pages "
+          "(anview::HostBuffer, or malloc with GLIBC_TUNABLES=glibc.malloc.hugetlb=1); "
+          "transparent huge pages here: " +
           policy +
           (policy == "always" || policy == "madvise" ? "" : " (HostBuffer gets plain pages)"));
     }
