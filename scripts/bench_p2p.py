@@ -112,26 +112,34 @@ def memcpy_rate(size):
 
 def paired_shm(a):
     pairs = {k: [] for k in ("lat", "bw1", "bw16", "pp16", "memcpy", "bw16h", "memcpyh", "pp16h")}
-    for _ in range(a.reps):
+    def heap_and_huge(op, args, rep):
+        """Anview's figure with heap payloads and with HostBuffers (2 MiB pages), run back to
+        back; which goes first alternates with the repeat."""
+        order = (False, True) if rep % 2 == 0 else (True, False)
+        got = {huge: anview(a.build, "shm", op, args + (["--huge-pages"] if huge else []))[0]
+               for huge in order}
+        return got[False], got[True]
+
+    for rep in range(a.reps):
         mine = anview(a.build, "shm", "pingpong", ["-b", "8", "-e", "8", "-n", "100000"])[0]
         pairs["lat"].append((mine["lat_us_p50"],
                              ucx_perftest("tag_lat", 8, 100000, 1000, tls="posix,self")))
-        for key, size, iters, warm in (("bw1", 1 << 20, 2000, 100), ("bw16", 16 << 20, 200, 10)):
-            mine = anview(a.build, "shm", "bw", ["-b", str(size), "-e", str(size)])[0]
-            pairs[key].append((mine["bw_gbs"],
-                               ucx_perftest("tag_bw", size, iters, warm, tls="posix,self")))
-        bw16 = pairs["bw16"][-1][0]
-        pairs["memcpy"].append((bw16, memcpy_rate(16 << 20)))
-        mine = anview(a.build, "shm", "pingpong", ["-b", "16M", "-e", "16M", "-n", "100"])[0]
-        pairs["pp16"].append((mine["bw_gbs"], ompi_vader_pingpong(16 << 20)))
-        # The same with Anview's payloads in anview::HostBuffers (2 MiB pages), next to the
-        # peers' figures of this repeat (their own buffers: malloc).
-        huge = anview(a.build, "shm", "bw", ["-b", "16M", "-e", "16M", "--huge-pages"])[0]
-        pairs["bw16h"].append((huge["bw_gbs"], pairs["bw16"][-1][1]))
-        pairs["memcpyh"].append((huge["bw_gbs"], pairs["memcpy"][-1][1]))
-        huge = anview(a.build, "shm", "pingpong",
-                      ["-b", "16M", "-e", "16M", "-n", "100", "--huge-pages"])[0]
-        pairs["pp16h"].append((huge["bw_gbs"], pairs["pp16"][-1][1]))
+        mine = anview(a.build, "shm", "bw", ["-b", "1M", "-e", "1M"])[0]
+        pairs["bw1"].append((mine["bw_gbs"], ucx_perftest("tag_bw", 1 << 20, 2000, 100,
+                                                          tls="posix,self")))
+        # The 16 MiB cases once with heap payloads, as the peers' are (malloc), and once in
+        # anview::HostBuffers, both next to the same peer figures of this repeat.
+        heap, huge = heap_and_huge("bw", ["-b", "16M", "-e", "16M"], rep)
+        ucx = ucx_perftest("tag_bw", 16 << 20, 200, 10, tls="posix,self")
+        copy = memcpy_rate(16 << 20)
+        pairs["bw16"].append((heap["bw_gbs"], ucx))
+        pairs["memcpy"].append((heap["bw_gbs"], copy))
+        pairs["bw16h"].append((huge["bw_gbs"], ucx))
+        pairs["memcpyh"].append((huge["bw_gbs"], copy))
+        heap, huge = heap_and_huge("pingpong", ["-b", "16M", "-e", "16M", "-n", "100"], rep)
+        vader = ompi_vader_pingpong(16 << 20)
+        pairs["pp16"].append((heap["bw_gbs"], vader))
+        pairs["pp16h"].append((huge["bw_gbs"], vader))
     names = {"lat": ("8 B one-way latency p50 (us), lower is better", "UCX posix tag_lat"),
              "bw1": ("1 MiB streaming bandwidth (GB/s)", "UCX posix tag_bw"),
              "bw16": ("16 MiB streaming bandwidth (GB/s)", "UCX posix tag_bw"),

@@ -1,17 +1,19 @@
 // Memory for large messages, as MPI_Alloc_mem and ncclMemAlloc give: page-aligned, zeroed,
 // and backed by 2 MiB transparent huge pages where the kernel allows them.
 //
-//   anview::HostBuffer buf(64 << 20);
-//   comm.send(buf.data(), buf.size(), 1, tag);
+//   anview::HostBuffer out(64 << 20), in(64 << 20);  // both sides: see below
+//   comm.send(out.data(), out.size(), 1, tag);       // rank 1 receives into its own HostBuffer
 //
 // Every Anview call takes plain memory too; this is about speed. A same-host transfer of a
-// large message is one copy by cross-memory attach, which pins and maps the pages of both
-// buffers: with 2 MiB pages that is 512 times fewer of them, and a 16 MiB message moves about
-// twice as fast as between malloc'd buffers (README, Performance). Recent PyTorch releases can
-// give CPU tensors of 2 MiB and more the same pages (C10_THP_MEM_ALLOC_ENABLE=1, earlier
-// THP_MEM_ALLOC_ENABLE=1; Debian 12's PyTorch 1.13 has neither); from Python,
-// numpy.frombuffer(anview.HostBuffer(n), dtype) views one. Without code changes,
-// GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc 2.35+) has malloc ask for them everywhere.
+// large message is one copy by cross-memory attach: the kernel pins the other process's pages
+// one by one and copies through this process's page tables. With 2 MiB pages on both sides
+// there are 512 times fewer pages to pin and to miss in the TLB, and a 16 MiB message moves
+// about twice as fast as between malloc'd buffers (README, Performance); a HostBuffer on one
+// side only gains little. Recent PyTorch releases can give CPU tensors of 2 MiB and more the
+// same pages (C10_THP_MEM_ALLOC_ENABLE=1, earlier THP_MEM_ALLOC_ENABLE=1; Debian 12's PyTorch
+// 1.13 has neither); from Python, numpy.frombuffer(anview.HostBuffer(n), dtype) views one.
+// Without code changes, GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (glibc 2.35+) has malloc ask
+// for them everywhere in the process.
 //
 // Each buffer takes whole 2 MiB pages: meant for buffers of a megabyte and more, not for many
 // small ones. Where the kernel's policy is "never" (huge_page_policy()), or a 2 MiB page is
@@ -26,8 +28,10 @@ namespace anview {
 class HostBuffer {
  public:
   HostBuffer() = default;
-  // `bytes` zeroed bytes (none: an empty buffer with a null data()). Raises
-  // Error(internal) when the system has no memory for them.
+  // `bytes` zeroed bytes (none: an empty buffer with a null data()). Raises Error(internal)
+  // when the kernel refuses the mapping (with overcommit, memory that runs out later ends the
+  // process at first touch instead, as for malloc), Error(usage) for a size past the address
+  // space.
   explicit HostBuffer(std::size_t bytes);
   HostBuffer(HostBuffer&& other) noexcept;
   HostBuffer& operator=(HostBuffer&& other) noexcept;
@@ -43,8 +47,9 @@ class HostBuffer {
 
   // The kernel's transparent huge page policy for such memory, as
   // /sys/kernel/mm/transparent_hugepage/enabled says: "always", "madvise" (HostBuffer gets
-  // them, plain malloc does not), "never", or "unavailable" (no such file: a kernel built
-  // without them).
+  // them, plain malloc does not), "never", or "unavailable" (the file cannot be read: a kernel
+  // without them, or /sys hidden in a container, where huge_pages() then says false although
+  // the pages may be huge).
   static std::string huge_page_policy();
 
  private:

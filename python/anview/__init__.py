@@ -14,8 +14,9 @@ C-contiguous, used in place. The element type comes from the buffer (dtype="bflo
 2-byte elements as bfloat16). Timeouts are in seconds. Failures raise anview.Error, a
 RuntimeError with kind, rank, peer, operation and cause.
 
-Large buffers moved between ranks of one host go about twice as fast in anview.HostBuffer
-memory (2 MiB pages): `np.frombuffer(anview.HostBuffer(n), np.float32)` is a writable view.
+Large messages between ranks of one host go about twice as fast when the send and the receive
+buffer are both anview.HostBuffer memory (2 MiB pages):
+`np.frombuffer(anview.HostBuffer(n), np.float32)` is a writable view.
 
 `import anview.torch` registers the PyTorch distributed backend "anview".
 """

@@ -548,7 +548,8 @@ void bind_host_buffer(py::module_& m) {
   py::class_<HostBuffer>(m, "HostBuffer", py::buffer_protocol(),
                          "Zeroed memory in 2 MiB pages where the kernel allows (see "
                          "anview/host_buffer.hpp): large same-host messages move about twice as "
-                         "fast from and into it. View it with numpy.frombuffer(buf, dtype) or "
+                         "fast when the sender's and the receiver's buffers are both such "
+                         "memory. View it with numpy.frombuffer(buf, dtype) or "
                          "torch.frombuffer(buf, dtype=...); it lives as long as a view does.")
       .def(py::init<std::size_t>(), py::arg("nbytes"))
       .def_property_readonly("nbytes", &HostBuffer::size)

@@ -164,18 +164,7 @@ json build_features() {
 
 json transports_here() {
   json out = json::array();
-  for (auto p : anview::transport::probe_transports()) {
-    // Cross-memory attach pins and maps the pages of both buffers: 2 MiB pages make large
-    // copies about twice as fast (README, Performance).
-    if (p.name == "shm" && p.usable) {
-      const std::string policy = anview::HostBuffer::huge_page_policy();
-      p.notes.push_back(
-          "large messages copy about twice as fast between buffers in 2 MiB pages "
-          "(anview::HostBuffer, or malloc with GLIBC_TUNABLES=glibc.malloc.hugetlb=1); "
-          "transparent huge pages here: " +
-          policy +
-          (policy == "always" || policy == "madvise" ? "" : " (HostBuffer gets plain pages)"));
-    }
+  for (const auto& p : anview::transport::probe_transports()) {
     out.push_back(json{{"name", p.name},
                        {"selected", p.selected},
                        {"usable", p.usable},

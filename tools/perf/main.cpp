@@ -259,7 +259,8 @@ long run_point_to_point(anview::Communicator& comm, const Options& o, std::size_
   // put / get: rank 1's region, for the largest size; its key goes to rank 0.
   const bool rma = o.op == "put" || o.op == "get";
   // Allocated by Anview (shared memory peers on this host map), as ucx_perftest allocates
-  // its; --user-memory registers a plain vector instead.
+  // its; --user-memory registers a buffer of rank 1's own instead (heap, or a HostBuffer with
+  // --huge-pages).
   perf::Buffer<unsigned char> user(
       rma && o.user_memory && comm.rank() == 1 ? std::max<std::size_t>(max_bytes, 1) : 0,
       o.huge_pages);
@@ -367,8 +368,9 @@ int main(int argc, char** argv) {
                "put, get: the target registers a buffer of its own (register_memory) instead of "
                "allocate_memory's shared memory");
   app.add_flag("--huge-pages", o.huge_pages,
-               "pingpong, bw, put, get, collectives: payload buffers from anview::HostBuffer "
-               "(2 MiB pages where the kernel allows) instead of the heap");
+               "pingpong, bw, collectives: payload buffers from anview::HostBuffer (2 MiB pages "
+               "where the kernel allows) instead of the heap; put, get: the initiator's buffer, "
+               "and the target's with --user-memory");
   app.add_flag("--json", o.json, "rank 0 prints one JSON object per size");
   app.add_flag("--inplace", o.in_place, "allreduce, allgather: receive into the send buffer");
   app.add_option("--plot", o.plot,
@@ -397,6 +399,8 @@ int main(int argc, char** argv) {
     const auto min_bytes = static_cast<std::size_t>(anview::base::parse_size(o.min_size, "-b"));
     const auto max_bytes = static_cast<std::size_t>(anview::base::parse_size(o.max_size, "-e"));
     if (o.factor <= 1.0) throw std::runtime_error("-f must be > 1");
+    if (o.huge_pages && (o.op == "rpc" || o.op == "pubsub"))
+      throw std::runtime_error("--huge-pages applies to pingpong, bw, put, get and collectives");
     auto comm = anview::Communicator::from_env();
     if (!plot_path_usable(comm, o.plot)) return 2;
     perf::Progress progress(comm.rank() == 0 && !o.json);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "base/config.hpp"
+#include "base/huge_pages.hpp"
 #include "base/limits.hpp"
 #include "base/log.hpp"
 #include "base/shared_segment.hpp"
@@ -116,6 +117,14 @@ TransportProbe ShmTransport::probe() {
   } else {
     p.notes.push_back("single copy (cross-memory attach) above ANVIEW_SHM_SINGLE_COPY_BYTES=" +
                       single_copy_setting.value() + ": process_vm_readv works on this process");
+    // The copy pins and walks pages: 2 MiB pages on both sides make it about twice as fast.
+    const std::string policy = base::huge_page_policy();
+    p.notes.push_back(
+        "large messages copy about twice as fast between buffers in 2 MiB pages on both sides "
+        "(anview::HostBuffer, or malloc with GLIBC_TUNABLES=glibc.malloc.hugetlb=1); "
+        "transparent huge pages here: " +
+        policy +
+        (base::advised_memory_gets_huge_pages(policy) ? "" : " (HostBuffer gets plain pages)"));
   }
   p.notes.push_back(ptrace_note());
   return p;
