@@ -323,11 +323,15 @@ class Slots {
       if (now == needed) check_past(peer, needed);
       return;
     }
-    // Behind: wait until the peer is half a ring further, not one call. A rank that spins on
+    // Behind: spin until the peer is half a ring further, not one call. A rank that spins on
     // the line the peer writes next takes it from the peer at every publish; so it does once
     // in header_ring / 2 calls. (The peer reaches it: it made those calls before this one.)
+    // But `needed` is all this call needs: a peer that published it is never late, however
+    // long it takes to get further (a broadcast's root far ahead of a reader that works
+    // between calls), and the slow checks take it.
     const std::uint64_t target = place_ == Place::slot ? needed : needed + header_ring / 2 - 1;
     const SlotHeader& line = *header(peer, target);
+    const SlotHeader& first = *header(peer, needed);
     const AreaHeader& theirs = area_header(area(peer));
     wait_until(
         peer,
@@ -335,9 +339,15 @@ class Slots {
           return line.seq.load(std::memory_order_acquire) >= target ||
                  theirs.finished.load(std::memory_order_acquire) + 1 >= needed;
         },
-        "did not finish the same-host collective before", "it is still reading the last call");
-    seen = std::max(seen, line.seq.load(std::memory_order_relaxed));
-    check_past(peer, target);
+        "did not finish the same-host collective before", "it is still reading the last call",
+        [&] { return first.seq.load(std::memory_order_acquire) >= needed; });
+    if (const auto far = line.seq.load(std::memory_order_acquire); far >= target) {
+      seen = std::max(seen, far);
+      check_past(peer, target);
+    } else if (const auto near = first.seq.load(std::memory_order_acquire); near >= needed) {
+      seen = std::max(seen, near);
+      if (near == needed) check_past(peer, needed);
+    }
   }
 
   // wait_for()'s check of the calls after `checked` whose lines the peer has not rewritten
@@ -419,8 +429,12 @@ class Slots {
   // that comes late costs little); drives the communicator's progress now and then (so peers
   // are served and a dead peer is noticed) and gives up when that peer is gone or at the
   // call's deadline, naming it: "rank P <late> in N ms", `stalled` for the stall report.
-  template <typename Ready>
-  void wait_until(int peer, Ready&& ready, const char* late, const char* stalled) {
+  // `enough`, looked at in the slow checks only: a weaker condition that also ends the wait
+  // (and keeps it from failing) once spinning for `ready` has gone on that long.
+  template <typename Ready, typename Enough = bool (*)()>
+  void wait_until(
+      int peer, Ready&& ready, const char* late, const char* stalled,
+      Enough&& enough = [] { return false; }) {
     // A few rounds before the first clock read (about 30 ns in a VM with kvm-clock): a small
     // call whose peer is a step behind is ready by then.
     for (int i = 0; i < 16; ++i) {
@@ -438,6 +452,7 @@ class Slots {
       const auto now = base::Clock::now();
       if (now < next_check) continue;
       next_check = now + std::chrono::microseconds(100);
+      if (enough()) return;
       call_.messenger.progress();
       // The peer waited for may have published and then left (closed its communicator after
       // the job's last barrier, say): only if it had not is its goodbye a failure. Other ranks

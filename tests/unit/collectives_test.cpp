@@ -709,6 +709,26 @@ TEST(Collectives, RootsThatDifferOnOneHostAreReportedByTheNextCallThatReads) {
   });
 }
 
+// A broadcast's root reads nothing from its peers: before it reuses its line of 16 calls ago
+// it needs each peer to have published that call, nothing more. It used to wait, within the
+// one call's timeout, for the peer to be 7 calls further (to look less often), and failed a
+// peer that kept up with every call: here rank 1 publishes call 2 at 160 ms, which is all
+// call 17 needs, but call 9 only at 720 ms, past the 500 ms timeout.
+TEST(Collectives, ABroadcastRootFarAheadWaitsOnlyForTheCallItReuses) {
+  const ScopedEnv algo("ANVIEW_ALGO", "broadcast=shared");
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        for (std::int32_t i = 0; i < 17; ++i) {
+          std::int32_t x = comm.rank() == 0 ? i : -1;
+          if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(80));
+          comm.broadcast(&x, 1, DataType::int32, 0);
+          ASSERT_EQ(x, i) << "broadcast #" << i + 1 << " on rank " << comm.rank();
+        }
+      },
+      std::chrono::milliseconds(500));
+}
+
 // A rank whose call fails its own argument checks (a usage error on that rank alone) took a
 // call number but no same-host one. Its next call must not pass for the call its peer is in:
 // with the same arguments, each rank used to reduce the other's call and return success (11
