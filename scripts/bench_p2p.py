@@ -142,9 +142,9 @@ def paired_shm(a):
         pairs["pp16h"].append((huge["bw_gbs"], vader))
     names = {"lat": ("8 B one-way latency p50 (us), lower is better", "UCX posix tag_lat"),
              "bw1": ("1 MiB streaming bandwidth (GB/s)", "UCX posix tag_bw"),
-             "bw16": ("16 MiB streaming bandwidth (GB/s)", "UCX posix tag_bw"),
-             "memcpy": ("16 MiB streaming bandwidth (GB/s)", "memcpy 16 MiB, 1 thread"),
-             "pp16": ("16 MiB ping-pong bandwidth (GB/s)", "Open MPI vader pingpong"),
+             "bw16": ("16 MiB streaming bandwidth, heap (GB/s)", "UCX posix tag_bw"),
+             "memcpy": ("16 MiB streaming bandwidth, heap (GB/s)", "memcpy 16 MiB, 1 thread"),
+             "pp16": ("16 MiB ping-pong bandwidth, heap (GB/s)", "Open MPI vader pingpong"),
              "bw16h": ("16 MiB streaming bandwidth, --huge-pages (GB/s)", "UCX posix tag_bw"),
              "memcpyh": ("16 MiB streaming bandwidth, --huge-pages (GB/s)",
                          "memcpy 16 MiB, 1 thread"),

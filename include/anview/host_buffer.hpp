@@ -42,7 +42,9 @@ class HostBuffer {
   void* data() const { return data_; }
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  // The kernel was asked for 2 MiB pages for this buffer and its policy allows them.
+  // The kernel was asked for 2 MiB pages for this buffer and its policy allows them. (Kernels
+  // with per-size settings, /sys/kernel/mm/transparent_hugepage/hugepages-2048kB/enabled, may
+  // still refuse them there.)
   bool huge_pages() const { return huge_pages_; }
 
   // The kernel's transparent huge page policy for such memory, as

@@ -126,6 +126,9 @@ inline void prefetch_for_write(const void* line) {
 // publish, was half of an 8-byte broadcast's time; a 256-byte one took 0.37 us with the ring
 // of headers alone, 0.27 with two slots).
 constexpr std::uint64_t header_ring = 16;
+// A rank that waits this long for a peer to get half a ring further (claim()) settles for the
+// one call it needs.
+constexpr auto enough_after = std::chrono::milliseconds(1);
 constexpr std::size_t ring_payload = 4096;
 constexpr std::size_t headers_at = sizeof(AreaHeader);
 constexpr std::size_t ring_payloads_at = headers_at + header_ring * sizeof(SlotHeader);
@@ -328,7 +331,7 @@ class Slots {
     // in header_ring / 2 calls. (The peer reaches it: it made those calls before this one.)
     // But `needed` is all this call needs: a peer that published it is never late, however
     // long it takes to get further (a broadcast's root far ahead of a reader that works
-    // between calls), and the slow checks take it.
+    // between calls). Once the wait has lasted a millisecond, that ends it too.
     const std::uint64_t target = place_ == Place::slot ? needed : needed + header_ring / 2 - 1;
     const SlotHeader& line = *header(peer, target);
     const SlotHeader& first = *header(peer, needed);
@@ -429,8 +432,9 @@ class Slots {
   // that comes late costs little); drives the communicator's progress now and then (so peers
   // are served and a dead peer is noticed) and gives up when that peer is gone or at the
   // call's deadline, naming it: "rank P <late> in N ms", `stalled` for the stall report.
-  // `enough`, looked at in the slow checks only: a weaker condition that also ends the wait
-  // (and keeps it from failing) once spinning for `ready` has gone on that long.
+  // `enough`: a weaker condition that also ends the wait (and keeps it from failing), looked at
+  // once the wait has lasted enough_after: a short wait still ends at `ready` only (look():
+  // the far line, so that the next calls need not look again).
   template <typename Ready, typename Enough = bool (*)()>
   void wait_until(
       int peer, Ready&& ready, const char* late, const char* stalled,
@@ -452,7 +456,7 @@ class Slots {
       const auto now = base::Clock::now();
       if (now < next_check) continue;
       next_check = now + std::chrono::microseconds(100);
-      if (enough()) return;
+      if (now - start >= enough_after && enough()) return;
       call_.messenger.progress();
       // The peer waited for may have published and then left (closed its communicator after
       // the job's last barrier, say): only if it had not is its goodbye a failure. Other ranks

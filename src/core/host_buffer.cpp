@@ -35,10 +35,11 @@ HostBuffer::HostBuffer(std::size_t bytes) {
   const std::size_t reserved = mapped + huge_page;
   void* raw = ::mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
+    const int err = errno;  // before the strings below allocate
     throw base::sys_error(
         ErrorKind::internal, {.operation = "host_buffer"},
         "mmap() of " + std::to_string(reserved) + " bytes for a buffer of " + std::to_string(bytes),
-        errno);
+        err);
   }
   const auto start = reinterpret_cast<std::uintptr_t>(raw);
   const std::uintptr_t aligned = (start + huge_page - 1) / huge_page * huge_page;

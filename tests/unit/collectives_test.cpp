@@ -712,8 +712,9 @@ TEST(Collectives, RootsThatDifferOnOneHostAreReportedByTheNextCallThatReads) {
 // A broadcast's root reads nothing from its peers: before it reuses its line of 16 calls ago
 // it needs each peer to have published that call, nothing more. It used to wait, within the
 // one call's timeout, for the peer to be 7 calls further (to look less often), and failed a
-// peer that kept up with every call: here rank 1 publishes call 2 at 160 ms, which is all
-// call 17 needs, but call 9 only at 720 ms, past the 500 ms timeout.
+// peer that kept up with every call. Here the first call (which agrees on the placement) holds
+// rank 0 until rank 1 comes at 200 ms; rank 0 is at call 17 right after, where it needs rank
+// 1's call 2 (at 400 ms) but waited for its call 9 (at 1800 ms), past the 1 s timeout.
 TEST(Collectives, ABroadcastRootFarAheadWaitsOnlyForTheCallItReuses) {
   const ScopedEnv algo("ANVIEW_ALGO", "broadcast=shared");
   run_ranks(
@@ -721,12 +722,12 @@ TEST(Collectives, ABroadcastRootFarAheadWaitsOnlyForTheCallItReuses) {
       [](Communicator& comm) {
         for (std::int32_t i = 0; i < 17; ++i) {
           std::int32_t x = comm.rank() == 0 ? i : -1;
-          if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(80));
+          if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
           comm.broadcast(&x, 1, DataType::int32, 0);
           ASSERT_EQ(x, i) << "broadcast #" << i + 1 << " on rank " << comm.rank();
         }
       },
-      std::chrono::milliseconds(500));
+      std::chrono::seconds(1));
 }
 
 // A rank whose call fails its own argument checks (a usage error on that rank alone) took a

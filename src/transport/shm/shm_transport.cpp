@@ -124,7 +124,9 @@ TransportProbe ShmTransport::probe() {
         "(anview::HostBuffer, or malloc with GLIBC_TUNABLES=glibc.malloc.hugetlb=1); "
         "transparent huge pages here: " +
         policy +
-        (base::advised_memory_gets_huge_pages(policy) ? "" : " (HostBuffer gets plain pages)"));
+        (base::advised_memory_gets_huge_pages(policy) ? ""
+         : policy == "unavailable"                    ? " (HostBuffer may get plain pages)"
+                                                      : " (HostBuffer gets plain pages)"));
   }
   p.notes.push_back(ptrace_note());
   return p;
