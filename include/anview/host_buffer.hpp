@@ -59,7 +59,6 @@ class HostBuffer {
 
   void* data_ = nullptr;
   std::size_t size_ = 0;
-  std::size_t mapped_ = 0;  // whole 2 MiB pages
   bool huge_pages_ = false;
 };
 

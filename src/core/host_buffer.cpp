@@ -16,6 +16,11 @@ namespace {
 
 constexpr std::size_t huge_page = std::size_t{2} << 20;
 
+// The mapping behind a buffer of `bytes`: whole 2 MiB pages.
+std::size_t mapped_bytes(std::size_t bytes) {
+  return (bytes + huge_page - 1) / huge_page * huge_page;
+}
+
 }  // namespace
 
 std::string HostBuffer::huge_page_policy() {
@@ -29,7 +34,7 @@ HostBuffer::HostBuffer(std::size_t bytes) {
                 {.operation = "host_buffer",
                  .cause = std::to_string(bytes) + " bytes is more than the address space"});
   }
-  const std::size_t mapped = (bytes + huge_page - 1) / huge_page * huge_page;
+  const std::size_t mapped = mapped_bytes(bytes);
   // mmap aligns to small pages only: map one huge page more and trim both ends to the
   // boundaries, so that every 2 MiB of the buffer can be one page.
   const std::size_t reserved = mapped + huge_page;
@@ -51,16 +56,14 @@ HostBuffer::HostBuffer(std::size_t bytes) {
   if (tail > 0) (void)::munmap(reinterpret_cast<void*>(aligned + mapped), tail);
   data_ = reinterpret_cast<void*>(aligned);
   size_ = bytes;
-  mapped_ = mapped;
   // Refused by a kernel built without transparent huge pages (EINVAL): plain pages then.
-  huge_pages_ = ::madvise(data_, mapped_, MADV_HUGEPAGE) == 0 &&
+  huge_pages_ = ::madvise(data_, mapped, MADV_HUGEPAGE) == 0 &&
                 base::advised_memory_gets_huge_pages(base::huge_page_policy());
 }
 
 HostBuffer::HostBuffer(HostBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      mapped_(std::exchange(other.mapped_, 0)),
       huge_pages_(std::exchange(other.huge_pages_, false)) {}
 
 HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
@@ -68,7 +71,6 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
     release();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
-    mapped_ = std::exchange(other.mapped_, 0);
     huge_pages_ = std::exchange(other.huge_pages_, false);
   }
   return *this;
@@ -79,10 +81,9 @@ HostBuffer::~HostBuffer() {
 }
 
 void HostBuffer::release() noexcept {
-  if (data_ != nullptr) ::munmap(data_, mapped_);
+  if (data_ != nullptr) ::munmap(data_, mapped_bytes(size_));
   data_ = nullptr;
   size_ = 0;
-  mapped_ = 0;
   huge_pages_ = false;
 }
 

@@ -12,28 +12,30 @@ namespace perf {
 template <typename T>
 class Buffer {
  public:
-  Buffer(std::size_t count, bool huge_pages) : huge_pages_(huge_pages), count_(count) {
-    if (huge_pages_)
+  Buffer(std::size_t count, bool huge_pages) : count_(count) {
+    if (huge_pages) {
       host_ = anview::HostBuffer(count * sizeof(T));
-    else
+      data_ = static_cast<T*>(host_.data());
+    } else {
       plain_.resize(count);
+      data_ = plain_.data();
+    }
   }
 
-  T* data() { return huge_pages_ ? static_cast<T*>(host_.data()) : plain_.data(); }
-  const T* data() const {
-    return huge_pages_ ? static_cast<const T*>(host_.data()) : plain_.data();
-  }
+  // (Moving either owner keeps its memory where it is: data_ stays valid.)
+  T* data() { return data_; }
+  const T* data() const { return data_; }
   std::size_t size() const { return count_; }
-  T* begin() { return data(); }
-  T* end() { return data() + count_; }
-  T& operator[](std::size_t i) { return data()[i]; }
-  const T& operator[](std::size_t i) const { return data()[i]; }
+  T* begin() { return data_; }
+  T* end() { return data_ + count_; }
+  T& operator[](std::size_t i) { return data_[i]; }
+  const T& operator[](std::size_t i) const { return data_[i]; }
 
  private:
-  bool huge_pages_;
-  std::size_t count_;
   anview::HostBuffer host_;
   std::vector<T> plain_;
+  T* data_ = nullptr;
+  std::size_t count_;
 };
 
 }  // namespace perf
