@@ -13,9 +13,10 @@ ratios as well as the medians of each side.
 --paired --transports shm: the same for shared memory, against UCX posix (tag_lat, tag_bw),
 Open MPI's vader BTL (16 MiB ping-pong bandwidth, ../shared/peers/mpi_bench.c) and one-thread
 memcpy of 16 MiB (../shared/peers/memcpy_bench.c); the peers' programs are built into
-/tmp/anview-peer-bin on first use. The 16 MiB cases run twice: with Anview's payloads on the
-heap, as the peers' are, and in anview::HostBuffers (anview-perf --huge-pages), next to the
-same peer figures.
+/tmp/anview-peer-bin on first use. The 16 MiB cases run three ways, next to the same peer
+figures: payloads on the heap as anview-run starts the ranks (their malloc asks for 2 MiB
+pages), on the heap in 4 KiB pages as the peers' are (anview-run --no-huge-pages), and in
+anview::HostBuffers (anview-perf --huge-pages).
 
   scripts/bench_p2p.py [--build build] [--reps 3] [--transports tcp] [--sections "net ucx"]
   scripts/bench_p2p.py --paired [--reps 7] [--transports shm]
@@ -111,14 +112,19 @@ def memcpy_rate(size):
 
 
 def paired_shm(a):
-    pairs = {k: [] for k in ("lat", "bw1", "bw16", "pp16", "memcpy", "bw16h", "memcpyh", "pp16h")}
-    def heap_and_huge(op, args, rep):
-        """Anview's figure with heap payloads and with HostBuffers (2 MiB pages), run back to
-        back; which goes first alternates with the repeat."""
-        order = (False, True) if rep % 2 == 0 else (True, False)
-        got = {huge: anview(a.build, "shm", op, args + (["--huge-pages"] if huge else []))[0]
-               for huge in order}
-        return got[False], got[True]
+    keys = ("lat", "bw1", "bw16", "memcpy", "pp16", "bw16s", "memcpys", "pp16s", "bw16h",
+            "memcpyh", "pp16h")
+    pairs = {k: [] for k in keys}
+    variants = {"heap": ((), []), "small": (("--no-huge-pages",), []),
+                "huge": ((), ["--huge-pages"])}
+
+    def three_ways(op, args, rep):
+        """Anview's figure with heap payloads as anview-run starts the ranks (malloc asks for
+        2 MiB pages), with heap payloads in 4 KiB pages (anview-run --no-huge-pages) and in
+        HostBuffers, run back to back; the order rotates with the repeat."""
+        order = list(variants)[rep % 3:] + list(variants)[:rep % 3]
+        return {v: anview(a.build, "shm", op, args + variants[v][1], launcher=variants[v][0])[0]
+                for v in order}
 
     for rep in range(a.reps):
         mine = anview(a.build, "shm", "pingpong", ["-b", "8", "-e", "8", "-n", "100000"])[0]
@@ -127,33 +133,33 @@ def paired_shm(a):
         mine = anview(a.build, "shm", "bw", ["-b", "1M", "-e", "1M"])[0]
         pairs["bw1"].append((mine["bw_gbs"], ucx_perftest("tag_bw", 1 << 20, 2000, 100,
                                                           tls="posix,self")))
-        # The 16 MiB cases once with heap payloads, as the peers' are (malloc), and once in
-        # anview::HostBuffers, both next to the same peer figures of this repeat.
-        heap, huge = heap_and_huge("bw", ["-b", "16M", "-e", "16M"], rep)
+        # The 16 MiB cases three ways (the peers' payloads are malloc'd in 4 KiB pages), each
+        # next to the same peer figures of this repeat.
+        got = three_ways("bw", ["-b", "16M", "-e", "16M"], rep)
         ucx = ucx_perftest("tag_bw", 16 << 20, 200, 10, tls="posix,self")
         copy = memcpy_rate(16 << 20)
-        pairs["bw16"].append((heap["bw_gbs"], ucx))
-        pairs["memcpy"].append((heap["bw_gbs"], copy))
-        pairs["bw16h"].append((huge["bw_gbs"], ucx))
-        pairs["memcpyh"].append((huge["bw_gbs"], copy))
-        heap, huge = heap_and_huge("pingpong", ["-b", "16M", "-e", "16M", "-n", "100"], rep)
+        for suffix, v in (("", "heap"), ("s", "small"), ("h", "huge")):
+            pairs["bw16" + suffix].append((got[v]["bw_gbs"], ucx))
+            pairs["memcpy" + suffix].append((got[v]["bw_gbs"], copy))
+        got = three_ways("pingpong", ["-b", "16M", "-e", "16M", "-n", "100"], rep)
         vader = ompi_vader_pingpong(16 << 20)
-        pairs["pp16"].append((heap["bw_gbs"], vader))
-        pairs["pp16h"].append((huge["bw_gbs"], vader))
+        for suffix, v in (("", "heap"), ("s", "small"), ("h", "huge")):
+            pairs["pp16" + suffix].append((got[v]["bw_gbs"], vader))
+    heap, small, huge = ("heap, anview-run default", "heap, anview-run --no-huge-pages",
+                         "anview-perf --huge-pages")
     names = {"lat": ("8 B one-way latency p50 (us), lower is better", "UCX posix tag_lat"),
-             "bw1": ("1 MiB streaming bandwidth (GB/s)", "UCX posix tag_bw"),
-             "bw16": ("16 MiB streaming bandwidth, heap (GB/s)", "UCX posix tag_bw"),
-             "memcpy": ("16 MiB streaming bandwidth, heap (GB/s)", "memcpy 16 MiB, 1 thread"),
-             "pp16": ("16 MiB ping-pong bandwidth, heap (GB/s)", "Open MPI vader pingpong"),
-             "bw16h": ("16 MiB streaming bandwidth, --huge-pages (GB/s)", "UCX posix tag_bw"),
-             "memcpyh": ("16 MiB streaming bandwidth, --huge-pages (GB/s)",
-                         "memcpy 16 MiB, 1 thread"),
-             "pp16h": ("16 MiB ping-pong bandwidth, --huge-pages (GB/s)",
-                       "Open MPI vader pingpong")}
+             "bw1": ("1 MiB streaming bandwidth (GB/s)", "UCX posix tag_bw")}
+    for suffix, how in (("", heap), ("s", small), ("h", huge)):
+        names["bw16" + suffix] = (f"16 MiB streaming bandwidth, {how} (GB/s)", "UCX posix tag_bw")
+        names["memcpy" + suffix] = (f"16 MiB streaming bandwidth, {how} (GB/s)",
+                                    "memcpy 16 MiB, 1 thread")
+        names["pp16" + suffix] = (f"16 MiB ping-pong bandwidth, {how} (GB/s)",
+                                  "Open MPI vader pingpong")
     print(f"anview (shm) next to its peers, {a.reps} pairs\n")
     print("| metric | anview median [min-max] | peer | peer median [min-max] | ratio anview/peer: median of pairs [min-max] |")
     print("|---|---|---|---|---|")
-    for key, rows in pairs.items():
+    for key in keys:
+        rows = pairs[key]
         ratios = [m / u for m, u in rows]
         name, peer = names[key]
         print(f"| {name} | {fmt(med([m for m, _ in rows]))} | {peer} | "

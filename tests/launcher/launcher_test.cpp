@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -221,6 +222,70 @@ TEST(Launcher, EmulatedHostsSplitTheRanksIntoConsecutiveGroups) {
             (std::set<std::string>{"0 emulated-host-0 0/3", "1 emulated-host-0 1/3",
                                    "2 emulated-host-0 2/3", "3 emulated-host-1 0/2",
                                    "4 emulated-host-1 1/2"}));
+}
+
+// The ranks' malloc asks for huge pages (GLIBC_TUNABLES); what the user set is kept.
+TEST(Launcher, RanksGetMallocHugePagesUnlessTheUserChoseOtherwise) {
+  const std::vector<std::string> echo = {"/bin/sh", "-c", "echo \"[$GLIBC_TUNABLES]\""};
+  auto tunables_of = [&](std::vector<std::string> args, const std::string& inherited) {
+    args.insert(args.end(), echo.begin(), echo.end());
+    const auto r = run(args, {{"GLIBC_TUNABLES", inherited}});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto lines = lines_of(r.out);
+    return std::set<std::string>(lines.begin(), lines.end());
+  };
+  using Lines = std::set<std::string>;
+  EXPECT_EQ(tunables_of({"-n", "2"}, ""), Lines{"[glibc.malloc.hugetlb=1]"});
+  EXPECT_EQ(tunables_of({"-n", "2"}, "glibc.malloc.arena_max=2"),
+            Lines{"[glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1]"});
+  EXPECT_EQ(tunables_of({"-n", "1"}, "glibc.malloc.hugetlb=0"), Lines{"[glibc.malloc.hugetlb=0]"});
+  EXPECT_EQ(tunables_of({"-n", "1"}, "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"),
+            Lines{"[glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2]"});
+  EXPECT_EQ(tunables_of({"-n", "1"}, "glibc.malloc.hugetlb_x=1"),
+            Lines{"[glibc.malloc.hugetlb_x=1:glibc.malloc.hugetlb=1]"});
+  EXPECT_EQ(tunables_of({"-n", "1", "--no-huge-pages"}, ""), Lines{"[]"});
+  EXPECT_EQ(tunables_of({"-n", "1", "--no-huge-pages"}, "glibc.malloc.arena_max=2"),
+            Lines{"[glibc.malloc.arena_max=2]"});
+}
+
+// And glibc honours it: a 16 MiB malloc block of a rank is advised MADV_HUGEPAGE ("hg" in its
+// VmFlags), where glibc has the tunable (2.35+) and the kernel's policy is madvise (under
+// "always" glibc leaves it to the kernel, under "never" there is nothing to ask for).
+TEST(Launcher, ARanksLargeMallocBlocksAreAdvisedForHugePages) {
+  std::ifstream policy_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string policy;
+  std::getline(policy_file, policy);
+  if (policy.find("[madvise]") == std::string::npos)
+    GTEST_SKIP() << "transparent huge pages here: " << policy;
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  // The rank mallocs 16 MiB and prints the VmFlags of the mapping that holds it.
+  const std::string program = R"(
+import ctypes
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.gnu_get_libc_version.restype = ctypes.c_char_p
+version = tuple(int(x) for x in libc.gnu_get_libc_version().decode().split(".")[:2])
+p = libc.malloc(16 << 20)
+ctypes.memset(p, 1, 16 << 20)
+inside = False
+flags = "none"
+for line in open("/proc/self/smaps"):
+    if "-" in line.split()[0] and not line.startswith("VmFlags"):
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        inside = lo <= p < hi
+    elif inside and line.startswith("VmFlags:"):
+        flags = line.split(":", 1)[1].split()
+print("old-glibc" if version < (2, 35) else ("hg" if "hg" in flags else "no-hg"))
+)";
+  for (const bool huge : {true, false}) {
+    std::vector<std::string> args = {"-n", "1"};
+    if (!huge) args.push_back("--no-huge-pages");
+    args.insert(args.end(), {"/usr/bin/python3", "-c", program});
+    const auto r = run(args, {{"GLIBC_TUNABLES", ""}});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (r.out == "old-glibc\n") GTEST_SKIP() << "glibc before 2.35 has no glibc.malloc.hugetlb";
+    EXPECT_EQ(r.out, huge ? "hg\n" : "no-hg\n") << (huge ? "default" : "--no-huge-pages");
+  }
 }
 
 TEST(Launcher, NpIsAnAliasOfN) {

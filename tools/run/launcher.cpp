@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <string_view>
 
 #include "base/auth.hpp"
 #include "base/clock.hpp"
@@ -208,6 +209,10 @@ void Job::start() {
   // Every connection of the job proves this secret (SECURITY.md); one given is kept.
   if (std::getenv("ANVIEW_SECRET") == nullptr && std::getenv("ANVIEW_SECRET_FILE") == nullptr)
     ::setenv("ANVIEW_SECRET", base::auth::fresh_secret().c_str(), 1);
+  if (const auto tunables =
+          malloc_tunables(std::getenv("GLIBC_TUNABLES"), options_.malloc_huge_pages)) {
+    ::setenv("GLIBC_TUNABLES", tunables->c_str(), 1);
+  }
 
   ranks_.reserve(static_cast<std::size_t>(options_.world_size));
   for (int rank = 0; rank < options_.world_size; ++rank) {
@@ -494,6 +499,22 @@ int run_job(const LaunchOptions& options) {
   Job job(options);
   job.start();
   return job.wait();
+}
+
+std::optional<std::string> malloc_tunables(const char* inherited, bool huge_pages) {
+  constexpr std::string_view name = "glibc.malloc.hugetlb";
+  if (!huge_pages) return std::nullopt;
+  const std::string_view have = inherited != nullptr ? inherited : "";
+  // "name=value:name=value": a value of the user's own is kept, whatever it is.
+  for (std::size_t at = 0; at <= have.size();) {
+    const std::size_t end = std::min(have.find(':', at), have.size());
+    const std::string_view entry = have.substr(at, end - at);
+    if (entry.substr(0, entry.find('=')) == name) return std::nullopt;
+    at = end + 1;
+  }
+  std::string tunables(have);
+  if (!tunables.empty()) tunables += ':';
+  return tunables.append(name).append("=1");
 }
 
 }  // namespace anview::run

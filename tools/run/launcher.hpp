@@ -6,7 +6,8 @@
 //   ANVIEW_RANK, ANVIEW_WORLD_SIZE, ANVIEW_LOCAL_RANK, ANVIEW_LOCAL_WORLD_SIZE (= world size),
 //   ANVIEW_ROOT = 127.0.0.1:<a port that was free at launch>, where rank 0 serves the store;
 //   with emulate_hosts K, also ANVIEW_HOST_ID = emulated-host-<h> for rank r in group
-//   h = r * K / N, and the local rank and size within that group.
+//   h = r * K / N, and the local rank and size within that group; GLIBC_TUNABLES with
+//   glibc.malloc.hugetlb=1 (malloc_tunables()) unless malloc_huge_pages is off.
 //
 // Stopping a rank means signalling its whole process group (SIGTERM, or the signal the
 // launcher received), then SIGKILL `kill_after` later if anything in the group is still alive.
@@ -33,7 +34,17 @@ struct LaunchOptions {
   std::optional<std::chrono::milliseconds> timeout;  // stop the whole job after this long
   std::chrono::milliseconds grace{5000};       // after a failure, before the others are stopped
   std::chrono::milliseconds kill_after{2000};  // from SIGTERM to SIGKILL
+  // Ask glibc's malloc in the ranks for transparent huge pages (malloc_tunables()).
+  bool malloc_huge_pages = true;
 };
+
+// The GLIBC_TUNABLES the ranks get, given the launcher's (`inherited`, null when unset): with
+// `huge_pages`, glibc.malloc.hugetlb=1 added, unless the user set that tunable already. Under
+// it glibc 2.35+ advises MADV_HUGEPAGE on malloc's large blocks where the kernel's policy is
+// madvise (older glibc ignores the name). Large same-host messages are then copied across
+// processes with 512 times fewer pages to pin: 16 MiB heap buffers stream about twice as fast.
+// nullopt: leave the variable as it is.
+std::optional<std::string> malloc_tunables(const char* inherited, bool huge_pages);
 
 // The exit codes of the launcher besides the ranks' own.
 inline constexpr int exit_launcher_error = 1;  // the launcher itself failed (fork, pipe, ...)

@@ -7,8 +7,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 #include <thread>
 
 #include "base/config.hpp"
@@ -119,11 +121,16 @@ TransportProbe ShmTransport::probe() {
                       single_copy_setting.value() + ": process_vm_readv works on this process");
     // The copy pins and walks pages: 2 MiB pages on both sides make it about twice as fast.
     const std::string policy = base::huge_page_policy();
+    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    const bool malloc_asks =
+        tunables != nullptr &&
+        std::string_view(tunables).find("glibc.malloc.hugetlb=1") != std::string_view::npos;
     p.notes.push_back(
         "large messages copy about twice as fast between buffers in 2 MiB pages on both sides "
-        "(anview::HostBuffer, or malloc with GLIBC_TUNABLES=glibc.malloc.hugetlb=1); "
-        "transparent huge pages here: " +
-        policy +
+        "(anview::HostBuffer, or malloc with GLIBC_TUNABLES=glibc.malloc.hugetlb=1, which "
+        "anview-run gives its ranks unless --no-huge-pages; this process's malloc " +
+        std::string(malloc_asks ? "asks for them" : "does not") +
+        "); transparent huge pages here: " + policy +
         (base::advised_memory_gets_huge_pages(policy) ? ""
          : policy == "unavailable"                    ? " (HostBuffer may get plain pages)"
                                                       : " (HostBuffer gets plain pages)"));
