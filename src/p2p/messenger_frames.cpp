@@ -104,7 +104,9 @@ transport::Landing Messenger::on_frame(int peer, const transport::FrameHeader& h
       return {.data = landing, .defer = false};
     }
     case FrameType::rts: {
-      if (h.payload_bytes != 0 || h.arg > max_message_bytes || h.id == 0) {
+      // (An empty message always goes eagerly: a receive matched to an empty announcement
+      // would wait for data that never comes.)
+      if (h.payload_bytes != 0 || h.arg == 0 || h.arg > max_message_bytes || h.id == 0) {
         protocol_error(peer, "bad ready-to-send frame (size " + std::to_string(h.arg) +
                                  ", payload " + std::to_string(h.payload_bytes) + ")");
         return {};
@@ -226,8 +228,14 @@ void Messenger::on_frame_done(int peer, const transport::FrameHeader& h, void*) 
 void Messenger::match_unexpected(const RequestPtr& recv, UnexpectedQueue::Iterator it) {
   const int source = it->source;
   if (it->rendezvous) {
-    start_rendezvous_receive(recv, source, it->tag, it->bytes, it->sender_id);
+    // Out of the queue before the clear-to-send goes: a transport may fail the link inside
+    // that send (a TCP write to a peer that is gone), and on_peer_failed() drops the peer's
+    // announced messages, this one too if it were still there.
+    const std::uint64_t tag = it->tag;
+    const std::size_t bytes = it->bytes;
+    const std::uint64_t sender_id = it->sender_id;
     unexpected_.erase(it);
+    start_rendezvous_receive(recv, source, tag, bytes, sender_id);
     release_unexpected(source, unexpected_entry_bytes);
     return;
   }

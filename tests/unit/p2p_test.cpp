@@ -570,6 +570,41 @@ TEST(P2pSemantics, PeerThatClosesFailsPendingReceivesWithPeerLost) {
   });
 }
 
+// A receive that matches an announced large message sends the clear-to-send at once; over TCP
+// a write to a link whose peer has gone fails there and then, and fails the link, which drops
+// the peer's announced messages. The receive used to erase its entry from the queue of
+// unexpected messages after that send, a second time (glibc: "double free detected"). Here
+// rank 1 gives up its send (closing the link) while rank 0 reads nothing; rank 0's one-byte
+// send draws the reset, so the clear-to-send is the write that fails.
+TEST(P2pSemantics, AClearToSendWhoseWriteFailsTheLinkFailsOnlyItsReceive) {
+  anview::testing::ScopedEnv transports("ANVIEW_TRANSPORTS", "tcp");
+  anview::testing::ScopedEnv streams("ANVIEW_TCP_STREAMS", "1");
+  std::atomic<bool> gave_up{false};
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<unsigned char> big(1 << 20, 7);
+    if (comm.rank() == 1) {
+      EXPECT_THROW(comm.send(big.data(), big.size(), 0, Tag{7}, 300ms), Error);
+      gave_up = true;
+      return;
+    }
+    const auto until = std::chrono::steady_clock::now() + 150ms;
+    while (std::chrono::steady_clock::now() < until) comm.progress();  // the announcement
+    while (!gave_up) std::this_thread::sleep_for(5ms);                 // read nothing more
+    const unsigned char one = 1;
+    Request nudge = comm.isend(&one, 1, 1, Tag{8});
+    std::this_thread::sleep_for(50ms);
+    Request recv = comm.irecv(big.data(), big.size(), 1, Tag{7});
+    try {
+      recv.wait(5s);
+      ADD_FAILURE() << "a receive from a rank that gave up its send succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.peer(), 1) << e.what();
+      EXPECT_NE(e.kind(), ErrorKind::timeout) << e.what();
+    }
+    EXPECT_THROW(comm.recv(big.data(), big.size(), 1, Tag{7}, 1s), Error);
+  });
+}
+
 // ANVIEW_MAX_FRAME bounds what a receiver accepts, so senders cut eager messages and
 // rendezvous chunks to it, whatever ANVIEW_EAGER_BYTES and ANVIEW_RNDV_CHUNK say (a frame
 // over it would be refused as a protocol error and fail the link).
