@@ -22,10 +22,6 @@ namespace {
 // Batches a subscriber may hold unacknowledged: the first messages go at once; while they
 // travel, later ones gather into the next batch (acknowledgement-clocked batching).
 constexpr std::uint32_t batches_in_flight = 4;
-// Payload bytes sent apart that one batch carries at most: a batch's payloads travel by
-// rendezvous all at once, and thousands of them outstanding slow the transport down (1 MiB
-// messages: 0.25 GB/s in batches of thousands, 14 GB/s in batches of four).
-constexpr std::size_t apart_bytes_per_batch = 4 << 20;
 
 // Messages waiting for a subscriber's credit, as one frame being built and the payloads sent
 // apart after it. Drop-oldest removes entries from the front (BatchWriter::drop_front).
@@ -102,7 +98,7 @@ void SubscriberLink::enqueue(std::string_view topic, const Message& message) {
   const std::size_t need = ps::BatchWriter::entry_size(topic, apart ? 0 : message.size());
   if (pending.empty() || pending.back().writer.size() + need > ps::batch_capacity ||
       (apart && pending.back().has_apart &&
-       pending.back().apart_bytes + message.size() > apart_bytes_per_batch))
+       pending.back().apart_bytes + message.size() > ps::apart_bytes_per_batch))
     pending.emplace_back();
   PendingBatch& batch = pending.back();
   batch.writer.add(++sequence, topic, message.bytes(), apart);
@@ -146,6 +142,11 @@ class PublisherImpl {
 
  private:
   void serve(Communicator comm, std::uint64_t id);
+  // The end of the stream for a subscriber that came while the publisher closed, after the
+  // streams it knew of were ended (or before its subscription was read): sent at once, and
+  // awaited up to the block timeout, so that its next() ends with no message, not a broken
+  // connection.
+  void end_stream_alone(Communicator& comm);
   bool wait_or_stop(Request& r) {
     return patterns::wait_unless_stopping(r, listener_->stop_flag());
   }
@@ -157,6 +158,7 @@ class PublisherImpl {
   std::uint64_t sent_gone_ = 0, dropped_gone_ = 0;  // of links that left (links_mu_)
   std::atomic<std::uint64_t> timed_out_{0};         // Publisher::Stats::timed_out
   std::atomic<bool> closed_{false};
+  bool streams_ended_ = false;  // close() sent every listed link its end (links_mu_)
   std::unique_ptr<patterns::Listener> listener_;
 };
 
@@ -166,6 +168,7 @@ void PublisherImpl::serve(Communicator comm, std::uint64_t id) {
   Request r = comm.irecv(buffer.data(), buffer.size(), 1, ps::control_tag);
   if (!wait_or_stop(r)) {
     patterns::cancel_or_finish(r);  // `buffer` goes away when this returns
+    if (closed_.load()) end_stream_alone(comm);
     return;
   }
   ps::Subscription subscription;
@@ -177,9 +180,15 @@ void PublisherImpl::serve(Communicator comm, std::uint64_t id) {
     return;
   }
   auto link = std::make_shared<SubscriberLink>(comm, id, std::move(subscription));
+  bool listed = false;
   {
     std::unique_lock lock(links_mu_);
-    links_.push_back(link);
+    if (!streams_ended_) links_.push_back(link);
+    listed = !streams_ended_;
+  }
+  if (!listed) {  // close() ended the streams it knew of before this one came
+    end_stream_alone(comm);
+    return;
   }
   try {
     for (;;) {
@@ -215,6 +224,26 @@ void PublisherImpl::serve(Communicator comm, std::uint64_t id) {
   std::lock_guard link_lock(link->mu);
   sent_gone_ += link->sent;
   dropped_gone_ += link->dropped;
+}
+
+void PublisherImpl::end_stream_alone(Communicator& comm) {
+  const std::vector<std::byte> end = ps::encode_end(0);
+  try {
+    Request r = comm.isend(end.data(), end.size(), 1, ps::batch_tag);
+    try {
+      r.wait(block_timeout_);
+    } catch (const Error&) {
+      if (!r.done())
+        r.abandon(
+            Error(ErrorKind::timeout,
+                  {.peer = 1, .operation = "publisher close", .cause = "the end of the stream"}));
+      throw;
+    }
+  } catch (const Error& e) {
+    base::log(
+        "pubsub", base::LogLevel::info, "publisher at ", address(),
+        ": a subscriber that came while it closed did not get the end of its stream: ", e.what());
+  }
 }
 
 void PublisherImpl::publish(std::string_view topic, const Message& message) {
@@ -331,7 +360,10 @@ void PublisherImpl::close() {
               " closes with messages unsent: ", e.what());
   }
   {
-    std::shared_lock lock(links_mu_);
+    // Exclusive: a subscriber's thread lists its link before this (and its end is sent here)
+    // or sees streams_ended_ after it (and sends its end itself).
+    std::unique_lock lock(links_mu_);
+    streams_ended_ = true;
     for (const auto& link : links_) {
       std::lock_guard l(link->mu);
       if (link->gone) continue;

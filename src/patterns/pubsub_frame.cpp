@@ -159,6 +159,7 @@ bool parse_batch(std::span<const std::byte> bytes, std::size_t max_message_bytes
                            std::to_string(bytes.size()) + " bytes");
   out.reserve(h.count);
   std::size_t at = header_bytes;
+  std::size_t apart_total = 0, apart_count = 0;
   for (std::uint32_t i = 0; i < h.count; ++i) {
     if (bytes.size() - at < entry_bytes)
       return refuse(why, "frame ends inside entry " + std::to_string(i));
@@ -178,6 +179,13 @@ bool parse_batch(std::span<const std::byte> bytes, std::size_t max_message_bytes
       return refuse(why, "entry " + std::to_string(i) + " has a payload of " +
                              std::to_string(e.payload_bytes) + " bytes (limit " +
                              std::to_string(max_message_bytes) + ")");
+    if (e.apart) {
+      apart_total += e.payload_bytes;
+      if (++apart_count > 1 && apart_total > apart_bytes_per_batch)
+        return refuse(why, "entries 0 to " + std::to_string(i) + " send " +
+                               std::to_string(apart_total) + " payload bytes apart (limit " +
+                               std::to_string(apart_bytes_per_batch) + " in a batch of several)");
+    }
     at += entry_bytes;
     const std::size_t inline_bytes = e.apart ? 0 : e.payload_bytes;
     if (bytes.size() - at < topic_bytes + inline_bytes)

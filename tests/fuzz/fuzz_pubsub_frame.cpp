@@ -45,10 +45,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       return 0;
     }
     ps::BatchWriter writer;
+    std::size_t apart_total = 0, apart_count = 0;
     for (const auto& e : entries) {
       FUZZ_CHECK(e.topic.size() <= ps::max_topic_bytes);
       FUZZ_CHECK(e.payload_bytes <= limit);  // what a subscriber allocates for it
       if (e.apart) {
+        apart_total += e.payload_bytes;  // and for all of them, when it takes the batch
+        FUZZ_CHECK(++apart_count == 1 || apart_total <= ps::apart_bytes_per_batch);
         const std::vector<std::byte> stand_in(e.payload_bytes);
         writer.add(e.sequence, e.topic, stand_in, true);
       } else {

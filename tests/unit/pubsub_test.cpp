@@ -521,6 +521,58 @@ TEST(PubSub, ATimeoutWhileAPayloadIsOnItsWayKeepsItsMessageFirstInLine) {
   EXPECT_EQ(d->message.bytes()[8191], std::byte{7});
 }
 
+// A subscriber that connects while the publisher closes gets the end of its stream, like the
+// others: next() returns no message. Before, close() ended only the streams it had listed; a
+// connection whose subscription came later (or whose thread still waited for it) was closed
+// under it, and next() raised a connection error, as for a publisher that died.
+TEST(PubSub, ASubscriberThatConnectsWhilePublisherClosesGetsTheEndOfItsStream) {
+  for (int i = 0; i < 20; ++i) {
+    SCOPED_TRACE(i);
+    Publisher publisher = Publisher::listen("127.0.0.1:0", {.block_timeout = 2s});
+    Subscriber s = Subscriber::connect(publisher.address());
+    publisher.close();  // no wait for the subscription to be listed
+    EXPECT_EQ(s.next(5s), std::nullopt);
+  }
+}
+
+// The same where the subscription has not come at all when the publisher stops: its
+// connection's thread, waiting for it, sends the end itself.
+TEST(PubSub, AConnectionWhoseSubscriptionHasNotComeGetsTheEndWhenThePublisherCloses) {
+  namespace ps = patterns::pubsub;
+  Publisher publisher = Publisher::listen("127.0.0.1:0", {.block_timeout = 2s});
+  Communicator raw = patterns::connect_to(publisher.address(), "pubsub", 10s);
+  std::vector<std::byte> frame(ps::header_bytes + 64);
+  Request r = raw.irecv(frame.data(), frame.size(), 0, ps::batch_tag);
+  publisher.close();
+  const Status st = r.wait(5s);
+  ps::Header h;
+  std::string why;
+  ASSERT_TRUE(ps::parse_header({frame.data(), st.bytes}, h, why)) << why;
+  EXPECT_EQ(h.kind, ps::Kind::end);
+  EXPECT_EQ(h.value, 0u);
+}
+
+// A subscriber allocates a batch's payloads sent apart when it takes the batch: a batch that
+// sends several apart is refused past what a publisher puts in one (4 MiB), so a 64 KiB frame
+// cannot make it allocate thousands of large buffers. One payload alone may be larger.
+TEST(PubSub, ABatchSendingMorePayloadsApartThanAPublisherWouldIsRefused) {
+  namespace ps = patterns::pubsub;
+  const std::vector<std::byte> stand_in(1 << 20);
+  std::vector<ps::Entry> entries;
+  std::string why;
+  ps::BatchWriter honest;
+  for (std::uint64_t i = 1; i <= 4; ++i) honest.add(i, "t", stand_in, true);
+  EXPECT_TRUE(ps::parse_batch(honest.frame(), 64 << 20, entries, why)) << why;
+  ps::BatchWriter alone;
+  const std::vector<std::byte> large(16 << 20);
+  alone.add(1, "t", large, true);
+  EXPECT_TRUE(ps::parse_batch(alone.frame(), 64 << 20, entries, why)) << why;
+  ps::BatchWriter hostile;
+  for (std::uint64_t i = 1; i <= 5; ++i) hostile.add(i, "t", stand_in, true);
+  EXPECT_FALSE(ps::parse_batch(hostile.frame(), 64 << 20, entries, why));
+  EXPECT_NE(why.find("payload bytes apart (limit 4194304"), std::string::npos) << why;
+}
+
 TEST(PubSub, SubscribingToAnRpcServerIsAClearError) {
   RpcServer server = RpcServer::listen("127.0.0.1:0");
   try {
