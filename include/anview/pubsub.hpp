@@ -88,6 +88,8 @@ struct SubscribeOptions {
   std::uint64_t window_bytes = std::uint64_t{64} << 20;  // bytes granted ahead of next()
   std::uint32_t queue_limit = 4096;  // messages queued at the publisher beyond the window (> 0)
   std::chrono::milliseconds connect_timeout{0};  // zero: ANVIEW_TIMEOUT
+  // A message larger than this is skipped (a warning is logged) and counted as dropped; the
+  // subscription goes on.
   std::size_t max_message_bytes = std::size_t{1} << 30;
 };
 

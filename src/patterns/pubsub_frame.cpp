@@ -60,19 +60,30 @@ void BatchWriter::clear() {
   first_ = 0;
 }
 
-void BatchWriter::add(std::uint64_t sequence, std::string_view topic,
-                      std::span<const std::byte> payload, bool apart) {
+std::byte* BatchWriter::start_entry(std::uint64_t sequence, std::string_view topic, bool apart,
+                                    std::uint32_t bytes) {
   const auto at = buffer_.size();
   offsets_.push_back(at);
-  buffer_.resize(at + entry_size(topic, apart ? 0 : payload.size()));
+  buffer_.resize(at + entry_size(topic, apart ? 0 : bytes));
   std::byte* p = buffer_.data() + at;
   store<std::uint64_t>(p, sequence);
   store<std::uint8_t>(p, apart ? 1 : 0);
   store<std::uint8_t>(p, 0);
   store<std::uint16_t>(p, static_cast<std::uint16_t>(topic.size()));
-  store<std::uint32_t>(p, static_cast<std::uint32_t>(payload.size()));
+  store<std::uint32_t>(p, bytes);
   if (!topic.empty()) std::memcpy(p, topic.data(), topic.size());
-  if (!apart && !payload.empty()) std::memcpy(p + topic.size(), payload.data(), payload.size());
+  return p + topic.size();
+}
+
+void BatchWriter::add_apart(std::uint64_t sequence, std::string_view topic, std::uint32_t bytes) {
+  start_entry(sequence, topic, true, bytes);
+}
+
+void BatchWriter::add(std::uint64_t sequence, std::string_view topic,
+                      std::span<const std::byte> payload, bool apart) {
+  std::byte* inline_at =
+      start_entry(sequence, topic, apart, static_cast<std::uint32_t>(payload.size()));
+  if (!apart && !payload.empty()) std::memcpy(inline_at, payload.data(), payload.size());
 }
 
 std::span<const std::byte> BatchWriter::frame() {
@@ -175,11 +186,8 @@ bool parse_batch(std::span<const std::byte> bytes, std::size_t max_message_bytes
     if (topic_bytes > max_topic_bytes)
       return refuse(why, "entry " + std::to_string(i) + " has a topic of " +
                              std::to_string(topic_bytes) + " bytes");
-    if (e.payload_bytes > max_message_bytes)
-      return refuse(why, "entry " + std::to_string(i) + " has a payload of " +
-                             std::to_string(e.payload_bytes) + " bytes (limit " +
-                             std::to_string(max_message_bytes) + ")");
-    if (e.apart) {
+    e.too_large = e.payload_bytes > max_message_bytes;
+    if (e.apart && !e.too_large) {
       apart_total += e.payload_bytes;
       if (++apart_count > 1 && apart_total > apart_bytes_per_batch)
         return refuse(why, "entries 0 to " + std::to_string(i) + " send " +

@@ -62,6 +62,7 @@ struct Entry {
   std::string_view topic;
   std::uint32_t payload_bytes = 0;
   std::span<const std::byte> inline_payload;  // when not apart
+  bool too_large = false;  // over the subscriber's max_message_bytes: it skips the message
 };
 
 std::vector<std::byte> encode_subscribe(const Subscription& s);
@@ -87,10 +88,15 @@ class BatchWriter {
   // `payload` is copied when inline (not apart).
   void add(std::uint64_t sequence, std::string_view topic, std::span<const std::byte> payload,
            bool apart);
+  // An entry whose payload of `bytes` is sent apart (only its size goes in the frame).
+  void add_apart(std::uint64_t sequence, std::string_view topic, std::uint32_t bytes);
   // The finished frame of the live entries (valid until the next add, drop or clear).
   std::span<const std::byte> frame();
 
  private:
+  // Appends an entry's fixed part and topic; returns where an inline payload goes.
+  std::byte* start_entry(std::uint64_t sequence, std::string_view topic, bool apart,
+                         std::uint32_t bytes);
   std::vector<std::byte> buffer_;
   std::vector<std::size_t> offsets_;  // where each added entry starts
   std::size_t first_ = 0;             // the first live entry
@@ -98,8 +104,9 @@ class BatchWriter {
 
 bool parse_header(std::span<const std::byte> bytes, Header& out, std::string& why);
 bool parse_subscribe(std::span<const std::byte> bytes, Subscription& out, std::string& why);
-// The entries of a batch frame; payloads sent apart must each be at most max_message_bytes,
-// and together at most apart_bytes_per_batch where there are several.
+// The entries of a batch frame; a payload over max_message_bytes marks its entry too_large (the
+// publisher does not know the subscriber's limit). Payloads sent apart, other than those, must
+// together be at most apart_bytes_per_batch where there are several.
 bool parse_batch(std::span<const std::byte> bytes, std::size_t max_message_bytes,
                  std::vector<Entry>& out, std::string& why);
 

@@ -30,6 +30,10 @@ class SubscriberImpl {
   // Takes in the batch that arrived (mu_ held).
   void take_batch(std::size_t bytes);
   void send_credit(std::uint32_t batches);
+  // An entry over options_.max_message_bytes: not delivered, so the next delivery (or the end
+  // of the stream) counts it as dropped. Its payload sent apart is taken into no buffer: the
+  // receive refuses it (a truncation), which fails that send at the publisher.
+  void skip(const ps::Entry& e);
   Error protocol_error(const std::string& why) const {
     return Error(ErrorKind::protocol, {.peer = 0,
                                        .peer_address = address_,
@@ -59,6 +63,7 @@ class SubscriberImpl {
   mutable std::mutex stats_mu_;  // stats_, written under mu_ too
   Subscriber::Stats stats_;
   std::vector<ps::Entry> entries_;
+  bool warned_too_large_ = false;
   // Last: destroyed first, so the receive posted into buffer_ is over before buffer_ goes.
   Communicator comm_;
 };
@@ -94,6 +99,16 @@ void SubscriberImpl::post_batch_receive() {
   batch_ = comm_.irecv(buffer_->data(), buffer_->size(), 0, ps::batch_tag);
 }
 
+void SubscriberImpl::skip(const ps::Entry& e) {
+  if (e.apart) comm_.irecv(nullptr, 0, 0, ps::payload_tag);  // in batch order, like the others
+  base::log("pubsub", warned_too_large_ ? base::LogLevel::debug : base::LogLevel::warn,
+            "subscriber of ", address_, ": message ", e.sequence, " on topic '", e.topic, "' has ",
+            e.payload_bytes, " bytes, over max_message_bytes (", options_.max_message_bytes,
+            "): skipped, counted as dropped",
+            warned_too_large_ ? "" : " (more are logged at debug)");
+  warned_too_large_ = true;
+}
+
 void SubscriberImpl::send_credit(std::uint32_t batches) {
   patterns::send_owned(comm_, 0, ps::control_tag, ps::encode_credit(batches, 0));
 }
@@ -117,6 +132,10 @@ void SubscriberImpl::take_batch(std::size_t bytes) {
     if (e.sequence <= last_sequence_)
       throw protocol_error("sequence " + std::to_string(e.sequence) + " after " +
                            std::to_string(last_sequence_));
+    if (e.too_large) {
+      skip(e);
+      continue;
+    }
     Delivery d;
     d.topic = std::string(e.topic);
     d.sequence = e.sequence;

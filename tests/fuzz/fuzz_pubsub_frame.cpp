@@ -48,12 +48,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::size_t apart_total = 0, apart_count = 0;
     for (const auto& e : entries) {
       FUZZ_CHECK(e.topic.size() <= ps::max_topic_bytes);
-      FUZZ_CHECK(e.payload_bytes <= limit);  // what a subscriber allocates for it
-      if (e.apart) {
+      // What a subscriber allocates for it (a larger one it skips).
+      FUZZ_CHECK(e.too_large == (e.payload_bytes > limit));
+      if (e.apart && !e.too_large) {
         apart_total += e.payload_bytes;  // and for all of them, when it takes the batch
         FUZZ_CHECK(++apart_count == 1 || apart_total <= ps::apart_bytes_per_batch);
-        const std::vector<std::byte> stand_in(e.payload_bytes);
-        writer.add(e.sequence, e.topic, stand_in, true);
+      }
+      if (e.apart) {
+        writer.add_apart(e.sequence, e.topic, e.payload_bytes);
       } else {
         FUZZ_CHECK(e.inline_payload.size() == e.payload_bytes);
         writer.add(e.sequence, e.topic, e.inline_payload, false);

@@ -557,20 +557,44 @@ TEST(PubSub, AConnectionWhoseSubscriptionHasNotComeGetsTheEndWhenThePublisherClo
 // cannot make it allocate thousands of large buffers. One payload alone may be larger.
 TEST(PubSub, ABatchSendingMorePayloadsApartThanAPublisherWouldIsRefused) {
   namespace ps = patterns::pubsub;
-  const std::vector<std::byte> stand_in(1 << 20);
   std::vector<ps::Entry> entries;
   std::string why;
   ps::BatchWriter honest;
-  for (std::uint64_t i = 1; i <= 4; ++i) honest.add(i, "t", stand_in, true);
+  for (std::uint64_t i = 1; i <= 4; ++i) honest.add_apart(i, "t", 1 << 20);
   EXPECT_TRUE(ps::parse_batch(honest.frame(), 64 << 20, entries, why)) << why;
   ps::BatchWriter alone;
-  const std::vector<std::byte> large(16 << 20);
-  alone.add(1, "t", large, true);
+  alone.add_apart(1, "t", 16 << 20);
   EXPECT_TRUE(ps::parse_batch(alone.frame(), 64 << 20, entries, why)) << why;
   ps::BatchWriter hostile;
-  for (std::uint64_t i = 1; i <= 5; ++i) hostile.add(i, "t", stand_in, true);
+  for (std::uint64_t i = 1; i <= 5; ++i) hostile.add_apart(i, "t", 1 << 20);
   EXPECT_FALSE(ps::parse_batch(hostile.frame(), 64 << 20, entries, why));
   EXPECT_NE(why.find("payload bytes apart (limit 4194304"), std::string::npos) << why;
+}
+
+// A message over the subscriber's max_message_bytes (which the publisher does not know) is
+// skipped and counted as dropped; the subscription goes on. Before, the whole batch was
+// refused as a protocol error, every later next() raised it again, and the messages after it
+// never came.
+TEST(PubSub, AMessageOverTheSubscribersLimitIsDroppedAndTheStreamGoesOn) {
+  Publisher publisher = Publisher::listen("127.0.0.1:0", {.block_timeout = 5s});
+  Subscriber s = Subscriber::connect(publisher.address(), {.max_message_bytes = 1000});
+  wait_for_subscribers(publisher, 1);
+  const std::string sent_apart(10000, 'A'), inline_one(2000, 'I');
+  publisher.publish("t", Message(sent_apart));
+  publisher.publish("t", Message("small"));
+  publisher.publish("t", Message(inline_one));
+  publisher.publish("t", Message("after"));
+  publisher.publish("t", Message(sent_apart));
+  auto closing = test_thread([&] { publisher.close(); });  // its flush needs the reader
+  for (const char* want : {"small", "after"}) {
+    const auto d = s.next(5s);
+    ASSERT_TRUE(d) << want;
+    EXPECT_EQ(d->message.text(), want);
+    EXPECT_EQ(d->dropped_before, 1u) << want;
+  }
+  EXPECT_EQ(s.next(5s), std::nullopt);
+  EXPECT_EQ(s.stats().delivered, 2u);
+  EXPECT_EQ(s.stats().dropped, 3u);  // the trailing one by the end of the stream
 }
 
 TEST(PubSub, SubscribingToAnRpcServerIsAClearError) {
