@@ -256,7 +256,7 @@ RequestPtr Messenger::isend(const void* data, std::size_t bytes, int peer, Tag t
       h.arg = bytes;
       send_frame(peer, h, nullptr, transport::Ordering::ordered, nullptr);
     }
-    if (!completed_.empty()) settle_completed(lock);
+    if (!completed_.empty()) run_completed(lock);
   }
   return req;
 }
@@ -302,7 +302,7 @@ RequestPtr Messenger::irecv(void* data, std::size_t capacity, int source, Tag ta
         for (int p = 0; p < config_.world_size; ++p) resume_reading(p);
       }
     }
-    if (!completed_.empty()) settle_completed(lock);
+    if (!completed_.empty()) run_completed(lock);
   }
   return req;
 }
@@ -457,23 +457,6 @@ void Messenger::run_completed(Lock& lock) {
   take_completed(completed);
   lock.unlock();
   run_callbacks(completed);
-}
-
-void Messenger::settle_completed(Lock& lock) {
-  Completions settled;
-  std::size_t kept = 0;
-  for (auto& r : completed_) {
-    if (r->callback) {
-      completed_[kept++] = std::move(r);
-    } else {
-      settled.add(std::move(r));
-    }
-  }
-  completed_.resize(kept);
-  settled.notify = sleepers_.load(std::memory_order_seq_cst) > 0;
-  lock.unlock();
-  run_callbacks(settled);
-  if (kept > 0) wake_driver();
 }
 
 void Messenger::run_callbacks(Completions& completed) {

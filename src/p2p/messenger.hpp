@@ -253,11 +253,6 @@ class Messenger final : public transport::FrameSink,
   // blocking calls only, do not build a Completions: GCC zero-fills its 136 bytes with
   // `rep stos` at every call, which was 12% of a spinning waiter's cycles over UCX.
   [[gnu::noinline]] void run_completed(Lock& lock);
-  // The same for a call that posts (isend, irecv): a request completed inside it (a link that
-  // failed at once fails its other requests) is settled, but its callback stays queued for the
-  // thread that drives progress, which is woken: callbacks run inside wait/test/progress only
-  // (request.hpp), never under a lock the poster holds.
-  [[gnu::noinline]] void settle_completed(Lock& lock);
   void match_unexpected(const RequestPtr& recv, UnexpectedQueue::Iterator it);
   void start_rendezvous_receive(const RequestPtr& recv, int source, std::uint64_t tag,
                                 std::size_t bytes, std::uint64_t sender_id);
