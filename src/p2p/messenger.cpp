@@ -878,9 +878,7 @@ bool Messenger::abandon(const RequestPtr& ref, const Error& error) {
     Lock lock(mu_);
     if (request.phase == RequestImpl::Phase::complete) return false;
     const int peer = request.kind == RequestImpl::Kind::recv ? request.status.source : request.peer;
-    if (let_go_of_arriving_message(request)) {
-      // Nothing lands in its buffer: the link stays.
-    } else if (peer >= 0 && peers_[static_cast<std::size_t>(peer)].transport) {
+    if (peer >= 0 && peers_[static_cast<std::size_t>(peer)].transport) {
       base::log("p2p", base::LogLevel::error, error.what(), "; closing the link to rank ", peer,
                 " because the operation cannot be taken back otherwise");
       peers_[static_cast<std::size_t>(peer)].transport->fail_peer(peer, error);
@@ -890,14 +888,6 @@ bool Messenger::abandon(const RequestPtr& ref, const Error& error) {
   }
   run_callbacks(completed);
   wake_driver();
-  return true;
-}
-
-bool Messenger::let_go_of_arriving_message(const RequestImpl& request) {
-  if (request.kind != RequestImpl::Kind::recv || request.status.source < 0) return false;
-  PeerState& ps = peers_[static_cast<std::size_t>(request.status.source)];
-  if (!ps.eager_to_unexpected || ps.eager_unexpected->waiting.get() != &request) return false;
-  ps.eager_unexpected->waiting.reset();
   return true;
 }
 

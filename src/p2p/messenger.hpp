@@ -111,10 +111,8 @@ class Messenger final : public transport::FrameSink,
   // Raises Error(timeout) at the deadline (the request stays pending), or the request's Error.
   Status wait(RequestImpl& request, std::chrono::milliseconds timeout);
   bool cancel(const RequestPtr& request);
-  // Gives up on a request a blocking call timed out on: cancels it if it has not started, lets
-  // go of a message it matched whose payload is still arriving into Anview's own buffer (the
-  // message stays first in line for the next receive), else closes the link to its peer with
-  // `error` (its buffer would still be in use). False
+  // Gives up on a request a blocking call timed out on: cancels it if it has not started,
+  // else closes the link to its peer with `error` (its buffer would still be in use). False
   // when it completed in the meantime (another thread drove it home after the deadline): its
   // own outcome stands.
   bool abandon(const RequestPtr& request, const Error& error);
@@ -312,9 +310,6 @@ class Messenger final : public transport::FrameSink,
   // A thread that wants the driver role while the background thread sleeps with it.
   void kick_background();
   void release_unexpected(int peer, std::size_t bytes);
-  // For abandon(): a receive matched to the message whose payload is still arriving from its
-  // peer into the queue of unexpected ones no longer waits for it. False when it is not one.
-  bool let_go_of_arriving_message(const RequestImpl& request);
   // Reading from `peer` paused on a frame over the unexpected budget: try that frame again.
   void resume_reading(int peer);
   Error request_error(const RequestImpl& request, ErrorKind kind, std::string cause) const;

@@ -106,34 +106,6 @@ TEST_F(HostileFrames, AnAnnouncedEmptyMessageIsAProtocolError) {
   }
 }
 
-// A receive that times out while the small message it matched is still coming in (into
-// Anview's queue, not into the receive's buffer) lets go of it: the link stays, and the
-// message is the next receive's. Giving up used to close the link to that peer.
-TEST_F(HostileFrames, AReceiveGivenUpWhileItsSmallMessageArrivesLeavesTheLinkAndTheMessage) {
-  FrameHeader h;
-  h.type = static_cast<std::uint8_t>(FrameType::eager);
-  h.tag = 9;
-  h.payload_bytes = 5;
-  const auto landing = rank_[0]->on_frame(1, h, false);  // its payload is on its way
-  ASSERT_NE(landing.data, nullptr);
-  std::vector<char> first(16, 'u');
-  RequestPtr recv = rank_[0]->irecv(first.data(), first.size(), 1, Tag{9});
-  const Error timeout(ErrorKind::timeout, {.rank = 0, .peer = 1, .cause = "gave up"});
-  EXPECT_TRUE(rank_[0]->abandon(recv, timeout));
-  EXPECT_EQ(recv->error->kind(), ErrorKind::timeout);
-  std::memcpy(landing.data, "hello", 5);
-  rank_[0]->on_frame_done(1, h, landing.data);
-  EXPECT_EQ(first[0], 'u') << "the abandoned receive's buffer was written";
-  std::vector<char> second(16, 'u');
-  RequestPtr next = rank_[0]->irecv(second.data(), second.size(), 1, Tag{9});
-  EXPECT_EQ(rank_[0]->wait(*next, std::chrono::seconds(2)).bytes, 5u);
-  EXPECT_EQ(std::string(second.data(), 5), "hello");
-  // And the link carries what comes next.
-  RequestPtr third = rank_[0]->irecv(second.data(), second.size(), 1, Tag{10});
-  ASSERT_TRUE(deliver(FrameType::eager, 10, 0, 0, 3, 'z'));
-  EXPECT_EQ(rank_[0]->wait(*third, std::chrono::seconds(2)).bytes, 3u);
-}
-
 // Chunks in any order (streams and paths deliver them so) complete the receive once they cover
 // the message, each written where its offset says.
 TEST_F(HostileFrames, RendezvousChunksInAnyOrderCompleteTheReceive) {
