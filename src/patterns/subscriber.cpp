@@ -32,7 +32,7 @@ class SubscriberImpl {
   void send_credit(std::uint32_t batches);
   // An entry over options_.max_message_bytes: not delivered, so the next delivery (or the end
   // of the stream) counts it as dropped. Its payload sent apart is taken into no buffer: the
-  // receive refuses it (a truncation), which fails that send at the publisher.
+  // receive refuses it (a truncation; one that goes by rendezvous fails at the publisher too).
   void skip(const ps::Entry& e);
   Error protocol_error(const std::string& why) const {
     return Error(ErrorKind::protocol, {.peer = 0,

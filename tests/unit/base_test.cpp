@@ -18,6 +18,7 @@
 
 #include "anview/error.hpp"
 #include "base/config.hpp"
+#include "base/huge_pages.hpp"
 #include "base/limits.hpp"
 #include "base/log.hpp"
 #include "base/progress_engine.hpp"
@@ -360,6 +361,21 @@ TEST(SharedSegment, MemoryWhoseSizeIsNotSealedIsNotMapped) {
   std::string why;
   EXPECT_FALSE(map_from_process(static_cast<int>(::getpid()), unsealed.get(), 4096, &why));
   EXPECT_NE(why.find("sealed against shrinking"), std::string::npos) << why;
+}
+
+// GLIBC_TUNABLES as glibc reads it: colon-separated name=value entries, the last one naming a
+// tunable wins; a longer name that starts with it is another tunable.
+TEST(GlibcTunables, TheLastEntryNamingTheTunableGivesItsValue) {
+  const std::string_view name = malloc_huge_pages_tunable;
+  EXPECT_EQ(glibc_tunable(nullptr, name), std::nullopt);
+  EXPECT_EQ(glibc_tunable("", name), std::nullopt);
+  EXPECT_EQ(glibc_tunable("glibc.malloc.hugetlb=1", name), "1");
+  EXPECT_EQ(glibc_tunable("glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2", name), "2");
+  EXPECT_EQ(glibc_tunable("glibc.malloc.hugetlb=1:glibc.malloc.hugetlb=0", name), "0");
+  EXPECT_EQ(glibc_tunable("glibc.malloc.hugetlb_x=1", name), std::nullopt);
+  EXPECT_EQ(glibc_tunable("x.glibc.malloc.hugetlb=1", name), std::nullopt);
+  EXPECT_EQ(glibc_tunable("::glibc.malloc.hugetlb=1:", name), "1");
+  EXPECT_EQ(glibc_tunable("glibc.malloc.hugetlb", name), "");
 }
 
 }  // namespace

@@ -579,22 +579,27 @@ TEST(PubSub, AMessageOverTheSubscribersLimitIsDroppedAndTheStreamGoesOn) {
   Publisher publisher = Publisher::listen("127.0.0.1:0", {.block_timeout = 5s});
   Subscriber s = Subscriber::connect(publisher.address(), {.max_message_bytes = 1000});
   wait_for_subscribers(publisher, 1);
-  const std::string sent_apart(10000, 'A'), inline_one(2000, 'I');
-  publisher.publish("t", Message(sent_apart));
+  // Sent apart eagerly and by rendezvous (whose refusal fails the publisher's send), inline.
+  const std::string apart(10000, 'A'), rendezvous(200000, 'R'), inline_one(2000, 'I');
+  publisher.publish("t", Message(apart));
   publisher.publish("t", Message("small"));
   publisher.publish("t", Message(inline_one));
   publisher.publish("t", Message("after"));
-  publisher.publish("t", Message(sent_apart));
+  publisher.publish("t", Message(rendezvous));
+  publisher.publish("t", Message("last"));
+  publisher.publish("t", Message(apart));
   auto closing = test_thread([&] { publisher.close(); });  // its flush needs the reader
-  for (const char* want : {"small", "after"}) {
+  for (const char* want : {"small", "after", "last"}) {
     const auto d = s.next(5s);
     ASSERT_TRUE(d) << want;
     EXPECT_EQ(d->message.text(), want);
     EXPECT_EQ(d->dropped_before, 1u) << want;
   }
   EXPECT_EQ(s.next(5s), std::nullopt);
-  EXPECT_EQ(s.stats().delivered, 2u);
-  EXPECT_EQ(s.stats().dropped, 3u);  // the trailing one by the end of the stream
+  EXPECT_EQ(s.stats().delivered, 3u);
+  EXPECT_EQ(s.stats().dropped, 4u);  // the trailing one by the end of the stream
+  closing.join();
+  EXPECT_EQ(publisher.stats().timed_out, 0u);
 }
 
 TEST(PubSub, SubscribingToAnRpcServerIsAClearError) {

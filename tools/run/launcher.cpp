@@ -17,6 +17,7 @@
 
 #include "base/auth.hpp"
 #include "base/clock.hpp"
+#include "base/huge_pages.hpp"
 #include "base/socket.hpp"
 #include "bootstrap/launch_env.hpp"
 #include "output_forwarder.hpp"
@@ -502,17 +503,10 @@ int run_job(const LaunchOptions& options) {
 }
 
 std::optional<std::string> malloc_tunables(const char* inherited, bool huge_pages) {
-  constexpr std::string_view name = "glibc.malloc.hugetlb";
-  if (!huge_pages) return std::nullopt;
-  const std::string_view have = inherited != nullptr ? inherited : "";
-  // "name=value:name=value": a value of the user's own is kept, whatever it is.
-  for (std::size_t at = 0; at <= have.size();) {
-    const std::size_t end = std::min(have.find(':', at), have.size());
-    const std::string_view entry = have.substr(at, end - at);
-    if (entry.substr(0, entry.find('=')) == name) return std::nullopt;
-    at = end + 1;
-  }
-  std::string tunables(have);
+  const std::string_view name = base::malloc_huge_pages_tunable;
+  // A value of the user's own is kept, whatever it is.
+  if (!huge_pages || base::glibc_tunable(inherited, name)) return std::nullopt;
+  std::string tunables(inherited != nullptr ? inherited : "");
   if (!tunables.empty()) tunables += ':';
   return tunables.append(name).append("=1");
 }

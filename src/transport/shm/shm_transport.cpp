@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <string_view>
 #include <thread>
 
 #include "base/config.hpp"
@@ -121,10 +120,8 @@ TransportProbe ShmTransport::probe() {
                       single_copy_setting.value() + ": process_vm_readv works on this process");
     // The copy pins and walks pages: 2 MiB pages on both sides make it about twice as fast.
     const std::string policy = base::huge_page_policy();
-    const char* tunables = std::getenv("GLIBC_TUNABLES");
     const bool malloc_asks =
-        tunables != nullptr &&
-        std::string_view(tunables).find("glibc.malloc.hugetlb=1") != std::string_view::npos;
+        base::glibc_tunable(std::getenv("GLIBC_TUNABLES"), base::malloc_huge_pages_tunable) == "1";
     p.notes.push_back(
         "large messages copy about twice as fast between buffers in 2 MiB pages on both sides "
         "(anview::HostBuffer, or malloc with GLIBC_TUNABLES=glibc.malloc.hugetlb=1, which "
