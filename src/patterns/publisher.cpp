@@ -183,8 +183,8 @@ void PublisherImpl::serve(Communicator comm, std::uint64_t id) {
   bool listed = false;
   {
     std::unique_lock lock(links_mu_);
-    if (!streams_ended_) links_.push_back(link);
     listed = !streams_ended_;
+    if (listed) links_.push_back(link);
   }
   if (!listed) {  // close() ended the streams it knew of before this one came
     end_stream_alone(comm);
@@ -232,11 +232,8 @@ void PublisherImpl::end_stream_alone(Communicator& comm) {
     Request r = comm.isend(end.data(), end.size(), 1, ps::batch_tag);
     try {
       r.wait(block_timeout_);
-    } catch (const Error&) {
-      if (!r.done())
-        r.abandon(
-            Error(ErrorKind::timeout,
-                  {.peer = 1, .operation = "publisher close", .cause = "the end of the stream"}));
+    } catch (const Error& e) {
+      if (!r.done()) r.abandon(e);  // its buffer goes away when this returns
       throw;
     }
   } catch (const Error& e) {
